@@ -1,0 +1,1 @@
+"""Captures: turning changes at a source into LCRs enqueued into a queue."""

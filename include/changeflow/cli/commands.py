@@ -1,0 +1,3 @@
+"""Imports every command module so that each registers itself on :data:`main`."""
+
+from __future__ import annotations

@@ -1,0 +1,259 @@
+"""The declarative configuration: sites, queues, captures, propagations and applies.
+
+One YAML file declares a pipeline. It is validated entirely at load time; an error
+names the file and the dotted key path of the offending entry. Values may refer to
+the environment as ``${VAR}`` or ``${VAR:-default}``, which is how the same file is
+pointed at a real cluster (staging root URI, state store URL) without editing it.
+Relative paths are resolved against the directory holding the file.
+
+See ``docs/configuration.md`` for the format.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from pathlib import Path
+from typing import Any, Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+
+from changeflow.errors import ConfigError
+
+_ENV = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)(?::-([^}]*))?\}")
+_QUEUE_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_$#]*\.[A-Za-z_][A-Za-z0-9_$#]*$")
+_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+
+
+class _Model(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+def _is_uri(value: str) -> bool:
+    return bool(re.match(r"^[A-Za-z][A-Za-z0-9+.-]*://", value))
+
+
+class Site(_Model):
+    """One site: a staging root for queues, a target root and a state store."""
+
+    staging_root: str
+    target_root: str
+    state_url: str
+    database: str = Field(description="global name of the site's database, e.g. DBS2.EXAMPLE.COM")
+
+
+class QueueSpec(_Model):
+    """A queue and the properties of its queue table."""
+
+    name: str
+    site: str
+    queue_table: str | None = None
+    sort_order: Literal["commit_time", "enq_time", "priority", "priority,commit_time"] = "commit_time"
+    multiple_consumers: bool = True
+
+    @field_validator("name")
+    @classmethod
+    def _owner_name(cls, v: str) -> str:
+        if not _QUEUE_NAME.match(v):
+            raise ValueError(f"queue name {v!r} must be owner.name")
+        return v.lower()
+
+
+class RuleSetRef(_Model):
+    """A client's rule sets, by name, as declared in the rules file."""
+
+    positive: str | None = None
+    negative: str | None = None
+
+
+class SnapshotTable(_Model):
+    """A source table captured by comparing successive snapshots."""
+
+    name: str
+    key: list[str] = Field(min_length=1)
+    schema_ddl: str | None = Field(default=None, description="column types for CSV snapshots")
+
+    @field_validator("name")
+    @classmethod
+    def _owner_name(cls, v: str) -> str:
+        if not _QUEUE_NAME.match(v):
+            raise ValueError(f"table name {v!r} must be owner.table")
+        return v
+
+
+class SnapshotSource(_Model):
+    """Snapshots of tables, one directory per snapshot: ``root/<owner.table>/snap=<n>/``."""
+
+    type: Literal["snapshot"]
+    database: str
+    root: str
+    format: Literal["parquet", "csv"] = "parquet"
+    tables: list[SnapshotTable] = Field(min_length=1)
+
+
+class CaptureSpec(_Model):
+    """A capture: a source, optional rule sets and the queue it enqueues into."""
+
+    name: str
+    queue: str
+    source: SnapshotSource
+    rule_sets: RuleSetRef = RuleSetRef()
+
+
+class PropagationSpec(_Model):
+    """A propagation from a source queue to a destination queue (``owner.name@site``)."""
+
+    name: str
+    source_queue: str
+    destination_queue: str
+    rule_sets: RuleSetRef = RuleSetRef()
+
+
+class ApplySpec(_Model):
+    """An apply process: dequeues from a queue and applies to Parquet target tables."""
+
+    name: str
+    queue: str
+    rule_sets: RuleSetRef = RuleSetRef()
+    buckets: int = Field(default=16, ge=1, le=4096)
+    apply_tag: str = "00"
+
+
+class PipelineConfig(_Model):
+    """A whole pipeline declaration."""
+
+    version: Literal[1] = 1
+    sites: dict[str, Site]
+    queues: list[QueueSpec] = []
+    captures: list[CaptureSpec] = []
+    propagations: list[PropagationSpec] = []
+    applies: list[ApplySpec] = []
+    rules: str | None = None
+    spark: dict[str, str] = {}
+    source_path: str | None = None
+
+    @model_validator(mode="after")
+    def _references(self) -> PipelineConfig:
+        _check_names(self)
+        queue_keys = {f"{q.name}@{q.site}" for q in self.queues}
+        for i, q in enumerate(self.queues):
+            if q.site not in self.sites:
+                raise ValueError(f"queues.{i}.site: unknown site {q.site!r}")
+        for section in ("captures", "propagations", "applies"):
+            for i, item in enumerate(getattr(self, section)):
+                for attr in ("queue", "source_queue", "destination_queue"):
+                    ref = getattr(item, attr, None)
+                    if ref is not None and self.qualify(ref) not in queue_keys:
+                        raise ValueError(f"{section}.{i}.{attr}: unknown queue {ref!r}")
+        return self
+
+    def qualify(self, ref: str) -> str:
+        """Turn ``owner.name`` or ``owner.name@site`` into ``owner.name@site``.
+
+        A reference without a site is allowed only when exactly one site is declared.
+        """
+        if "@" in ref:
+            name, site = ref.rsplit("@", 1)
+            return f"{name.lower()}@{site}"
+        if len(self.sites) == 1:
+            return f"{ref.lower()}@{next(iter(self.sites))}"
+        matches = [q for q in self.queues if q.name == ref.lower()]
+        if len(matches) == 1:
+            return f"{matches[0].name}@{matches[0].site}"
+        return f"{ref.lower()}@?"
+
+    def queue(self, ref: str) -> QueueSpec:
+        """The declared queue a reference names."""
+        name, site = self.qualify(ref).rsplit("@", 1)
+        for q in self.queues:
+            if q.name == name and q.site == site:
+                return q
+        raise ConfigError(f"unknown queue {ref!r}", file=self.source_path)
+
+    def component(self, kind: str, name: str) -> Any:
+        """A capture, propagation or apply by name."""
+        section = {"capture": self.captures, "propagation": self.propagations, "apply": self.applies}
+        for item in section[kind]:
+            if item.name == name:
+                return item
+        raise ConfigError(f"no {kind} named {name!r}", file=self.source_path)
+
+
+def _check_names(cfg: PipelineConfig) -> None:
+    seen: set[tuple[str, str]] = set()
+    for section in ("captures", "propagations", "applies"):
+        for i, item in enumerate(getattr(cfg, section)):
+            if not _NAME.match(item.name):
+                raise ValueError(f"{section}.{i}.name: {item.name!r} is not a valid name")
+            if (section, item.name) in seen:
+                raise ValueError(f"{section}.{i}.name: duplicate name {item.name!r}")
+            seen.add((section, item.name))
+    pairs = [(p.source_queue, p.destination_queue) for p in cfg.propagations]
+    if len(pairs) != len({(cfg.qualify(a), cfg.qualify(b)) for a, b in pairs}):
+        raise ValueError("propagations: at most one propagation per (source, destination) pair")
+
+
+def _expand(value: Any) -> Any:
+    if isinstance(value, str):
+        return _ENV.sub(lambda m: os.environ.get(m.group(1), m.group(2) or ""), value)
+    if isinstance(value, list):
+        return [_expand(v) for v in value]
+    if isinstance(value, dict):
+        return {k: _expand(v) for k, v in value.items()}
+    return value
+
+
+def _resolve_paths(raw: dict[str, Any], base: Path) -> None:
+    def fix(p: str) -> str:
+        if _is_uri(p) or os.path.isabs(p):
+            return p
+        return str((base / p).resolve())
+
+    for site in (raw.get("sites") or {}).values():
+        if isinstance(site, dict):
+            for key in ("staging_root", "target_root"):
+                if isinstance(site.get(key), str):
+                    site[key] = fix(site[key])
+            url = site.get("state_url")
+            if isinstance(url, str) and url.startswith("sqlite:///") and not url.startswith(
+                "sqlite:////"
+            ):
+                site["state_url"] = "sqlite:///" + fix(url[len("sqlite:///") :])
+    for cap in raw.get("captures") or []:
+        src = cap.get("source") if isinstance(cap, dict) else None
+        if isinstance(src, dict) and isinstance(src.get("root"), str):
+            src["root"] = fix(src["root"])
+    if isinstance(raw.get("rules"), str):
+        raw["rules"] = fix(raw["rules"])
+
+
+def load_config(path: str | os.PathLike[str]) -> PipelineConfig:
+    """Load and validate a pipeline configuration file.
+
+    Raises:
+        ConfigError: naming the file and the key when anything is wrong.
+    """
+    file = str(path)
+    try:
+        text = Path(file).read_text()
+    except OSError as exc:
+        raise ConfigError(f"cannot read configuration: {exc.strerror}", file=file) from exc
+    try:
+        raw = yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        raise ConfigError(f"not valid YAML: {exc}", file=file) from exc
+    if not isinstance(raw, dict):
+        raise ConfigError("the top level must be a mapping", file=file)
+    raw = _expand(raw)
+    _resolve_paths(raw, Path(file).resolve().parent)
+    raw["source_path"] = os.path.abspath(file)
+    try:
+        return PipelineConfig.model_validate(raw)
+    except ValidationError as exc:
+        err = exc.errors()[0]
+        key = ".".join(str(p) for p in err["loc"])
+        msg = err["msg"].removeprefix("Value error, ")
+        if not key and ": " in msg:
+            key, msg = msg.split(": ", 1)
+        raise ConfigError(msg, file=file, key=key or None) from exc

@@ -1,0 +1,65 @@
+"""File-system operations on any URI Spark can write, through Hadoop's FileSystem API.
+
+Local paths, ``file://``, ``hdfs://``, ``s3a://`` and the rest all go through the
+JVM of the running SparkSession, so whatever Spark can write, changeflow can list,
+measure and delete.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
+
+
+def _path(spark: SparkSession, uri: str) -> tuple[Any, Any]:
+    jvm = spark.sparkContext._jvm  # type: ignore[attr-defined]
+    conf = spark.sparkContext._jsc.hadoopConfiguration()  # type: ignore[attr-defined]
+    p = jvm.org.apache.hadoop.fs.Path(uri)
+    return p.getFileSystem(conf), p
+
+
+def exists(spark: SparkSession, uri: str) -> bool:
+    """Whether a file or directory exists."""
+    fs, p = _path(spark, uri)
+    return bool(fs.exists(p))
+
+
+def delete(spark: SparkSession, uri: str) -> None:
+    """Delete a file or a directory tree; a missing one is not an error."""
+    fs, p = _path(spark, uri)
+    if fs.exists(p):
+        fs.delete(p, True)
+
+
+def data_files(spark: SparkSession, uri: str) -> list[tuple[str, int]]:
+    """The Parquet data files under a directory, with their sizes in bytes."""
+    fs, p = _path(spark, uri)
+    if not fs.exists(p):
+        return []
+    out: list[tuple[str, int]] = []
+    it = fs.listFiles(p, True)
+    while it.hasNext():
+        st = it.next()
+        name = st.getPath().getName()
+        if name.endswith(".parquet"):
+            out.append((str(st.getPath().toString()), int(st.getLen())))
+    return out
+
+
+def join(root: str, *parts: str) -> str:
+    """Join URI parts with single slashes.
+
+    >>> join("s3a://bucket/root/", "hr", "queue")
+    's3a://bucket/root/hr/queue'
+    """
+    return "/".join([root.rstrip("/"), *(p.strip("/") for p in parts)])
+
+
+def list_dirs(spark: SparkSession, uri: str) -> list[str]:
+    """Names of the sub-directories of a directory (empty when it does not exist)."""
+    fs, p = _path(spark, uri)
+    if not fs.exists(p):
+        return []
+    return sorted(str(st.getPath().getName()) for st in fs.listStatus(p) if st.isDirectory())

@@ -1,0 +1,167 @@
+"""Reading and writing queue batches with Spark.
+
+Writes go to a fresh batch directory; the batch becomes visible only when the caller
+commits it in the catalog (see :mod:`changeflow.queues.catalog`). Statistics are
+gathered with ``DataFrame.observe`` during the write itself, so an enqueue reads its
+data once.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import TYPE_CHECKING
+
+from changeflow import fs, lcr
+from changeflow.errors import QueueDataError, SchemaMismatchError
+from changeflow.queues.catalog import Batch, NewBatch, QueueCatalog
+
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame, SparkSession
+
+
+def conform(df: DataFrame, *, origin: str | None = None) -> DataFrame:
+    """Select the contract's columns in order, checking the schema first.
+
+    Args:
+        df: messages that should already follow the LCR contract.
+        origin: what produced them, named in a schema error.
+
+    Raises:
+        SchemaMismatchError: naming the first field that differs.
+    """
+    lcr.check_schema(df.schema, path=origin)
+    return df.select(*lcr.FIELD_NAMES)
+
+
+def write_batch(
+    spark: SparkSession,
+    catalog: QueueCatalog,
+    queue: str,
+    df: DataFrame,
+    *,
+    producer: str,
+    dedup_key: str | None = None,
+    source_last_seq: int | None = None,
+) -> NewBatch | None:
+    """Write messages as a new, not yet visible, batch of ``queue``.
+
+    Returns:
+        The batch to hand to :meth:`QueueCatalog.commit_batch`, or ``None`` when
+        ``df`` is empty (nothing is left on disk then).
+    """
+    from pyspark.sql import Observation
+    from pyspark.sql import functions as F
+
+    df = conform(df, origin=f"batch for queue {queue}")
+    batch_id, path = catalog.new_batch_path(queue)
+    obs = Observation(f"enqueue_{batch_id}")
+    observed = df.observe(
+        obs,
+        F.count(F.lit(1)).alias("n"),
+        F.min("commit_scn").alias("min_scn"),
+        F.max("commit_scn").alias("max_scn"),
+        F.min(F.coalesce("commit_time", "enq_time")).alias("oldest"),
+    )
+    observed.write.mode("errorifexists").parquet(path)
+    stats = obs.get
+    if not stats.get("n"):
+        fs.delete(spark, path)
+        return None
+    n_bytes = sum(size for _, size in fs.data_files(spark, path))
+    return NewBatch(
+        batch_id=batch_id,
+        path=path,
+        n_messages=int(stats["n"]),
+        n_bytes=n_bytes,
+        producer=producer,
+        dedup_key=dedup_key,
+        source_last_seq=source_last_seq,
+        min_commit_scn=stats.get("min_scn"),
+        max_commit_scn=stats.get("max_scn"),
+        oldest_time=stats.get("oldest"),
+    )
+
+
+def enqueue(
+    spark: SparkSession,
+    catalog: QueueCatalog,
+    queue: str,
+    df: DataFrame,
+    *,
+    producer: str,
+    dedup_key: str | None = None,
+) -> int | None:
+    """Write and commit a batch in one call. Returns its sequence number.
+
+    Returns ``None`` when ``df`` is empty or ``dedup_key`` was committed before (the
+    freshly written files are removed then).
+    """
+    if dedup_key and catalog.find_dedup(queue, dedup_key) is not None:
+        return None
+    batch = write_batch(spark, catalog, queue, df, producer=producer, dedup_key=dedup_key)
+    if batch is None:
+        return None
+    seq = catalog.commit_batch(queue, batch)
+    if seq is None:
+        fs.delete(spark, batch.path)
+    return seq
+
+
+def read_batches(spark: SparkSession, batches: list[Batch]) -> DataFrame:
+    """Read committed batches as one DataFrame of messages.
+
+    Every batch is checked before anything is read: its directory must exist and its
+    Parquet schema must be the contract's. Data-page corruption surfaces later, in
+    the action; wrap that action in :func:`guard` to get an error naming the batch.
+
+    Raises:
+        QueueDataError: a batch directory is missing or unreadable.
+        SchemaMismatchError: a batch does not follow the contract.
+    """
+    schema = lcr.spark_schema()
+    if not batches:
+        return spark.createDataFrame([], schema)
+    for b in batches:
+        if not b.path:
+            raise QueueDataError(f"batch {b.seq} of queue {b.queue} was purged")
+        if not fs.data_files(spark, b.path):
+            raise QueueDataError(
+                f"batch {b.seq} of queue {b.queue}: no Parquet files at {b.path} (missing)"
+            )
+        try:
+            found = spark.read.parquet(b.path).schema
+        except Exception as exc:  # noqa: BLE001  (Spark raises many kinds)
+            raise QueueDataError(
+                f"batch {b.seq} of queue {b.queue}: cannot read Parquet at {b.path}: "
+                f"{_first_line(exc)}"
+            ) from exc
+        try:
+            lcr.check_schema(found, path=b.path)
+        except SchemaMismatchError:
+            raise
+    return spark.read.schema(schema).parquet(*[b.path for b in batches])
+
+
+@contextmanager
+def guard(batches: list[Batch]) -> Iterator[None]:
+    """Turn a Spark failure while reading ``batches`` into a :class:`QueueDataError`."""
+    try:
+        yield
+    except (QueueDataError, SchemaMismatchError):
+        raise
+    except Exception as exc:
+        text = str(exc)
+        if "parquet" not in text.lower() and "FileNotFound" not in text:
+            raise
+        culprit = next((b for b in batches if b.path and b.path in text), None)
+        where = (
+            f"batch {culprit.seq} of queue {culprit.queue} at {culprit.path}"
+            if culprit
+            else f"one of batches {[b.seq for b in batches]}"
+        )
+        raise QueueDataError(f"{where} is corrupt or missing: {_first_line(exc)}") from exc
+
+
+def _first_line(exc: BaseException) -> str:
+    return (str(exc).strip().splitlines() or [type(exc).__name__])[0][:400]
