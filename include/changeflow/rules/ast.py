@@ -24,7 +24,10 @@ VARCHAR2, NUMBER, RAW, DATE, ANYDATA, DYNAMIC, NULL, BOOLEAN = (
 )  # fmt: skip
 
 LCR_VARIABLES = ("dml", "ddl", "lcr")
-MESSAGE_KINDS = {"dml": ("ROW",), "ddl": ("DDL",), "lcr": ("ROW", "DDL"), "msg": ("USER",)}
+MESSAGE_KINDS = {
+    "dml": ("ROW",), "ddl": ("DDL",), "lcr": ("ROW", "DDL"), "msg": ("USER",),
+    "column": ("ROW",),  # a table column in a subset rule's dml_condition
+}  # fmt: skip
 
 
 @dataclass(frozen=True)
@@ -246,6 +249,8 @@ def _literal(n: Literal) -> str:
 
 
 def _bind(var: str) -> str:
+    if var == "column":
+        return ""
     return f':"{var}"' if var not in ("dml", "ddl", "lcr", "msg") else f":{var}"
 
 
@@ -268,7 +273,7 @@ _GENERATORS: dict[str, Callable[[Any], str]] = {
     "Member": lambda n: f"{_bind(n.var)}.{n.name}()",
     "GetValue": lambda n: f"{_bind(n.var)}.get_value({_q(n.which)},{_q(_ident(n.column))})",
     "Access": lambda n: f"{to_sql(n.arg)}.{ACCESSOR_NAMES[n.accessor]}()",
-    "MsgField": lambda n: f"{_bind(n.var)}.{_field(n.name)}",
+    "MsgField": lambda n: f"{_bind(n.var)}{'.' if n.var != 'column' else ''}{_field(n.name)}",
     "Func": lambda n: f"{n.name}({to_sql(n.arg)})",
     "Compare": lambda n: f"{to_sql(n.left)} {n.op} {to_sql(n.right)}",
     "In": lambda n: f"{to_sql(n.expr)} {'NOT IN' if n.negated else 'IN'} "

@@ -28,11 +28,14 @@ _MSG_VAR = re.compile(r"VAR\$_\d+")
 _COMPARISONS = ("=", "!=", "<", "<=", ">", ">=")
 
 
-def parse(source: str) -> A.Node:
+def parse(source: str, *, columns: bool = False) -> A.Node:
     """Parse and type-check a rule condition.
 
     Args:
         source: the condition text, e.g. ``:dml.get_object_owner() = 'HR'``.
+        columns: parse a subset rule's ``dml_condition`` instead, where bare names are
+            table columns (returned as :class:`~changeflow.rules.ast.MsgField` nodes of
+            variable ``column``) and bind variables are refused.
 
     Returns:
         The expression tree; its top node is a condition (TRUE/FALSE/NULL valued).
@@ -45,13 +48,14 @@ def parse(source: str) -> A.Node:
         raise RuleError(f"a condition must be text, not {type(source).__name__}")
     if not source.strip():
         raise RuleError.at(source, 0, "the condition is empty")
-    tree = _Parser(source).parse()
+    tree = _Parser(source, columns=columns).parse()
     return check(tree, source)
 
 
 class _Parser:
-    def __init__(self, source: str) -> None:
+    def __init__(self, source: str, *, columns: bool = False) -> None:
         self.source = source
+        self.columns = columns
         self.tokens = tokenize(source)
         self.i = 0
         self.depth = 0
@@ -173,7 +177,15 @@ class _Parser:
             self.expect(T.RPAREN, "')'")
             return node
         if tok.type is T.BIND:
+            if self.columns:
+                raise self.error("a dml_condition names columns directly, without variables")
             return self.variable()
+        if self.columns and tok.type in (T.IDENT, T.QUOTED):
+            nxt = self.tokens[self.i + 1]
+            if tok.type is T.QUOTED or nxt.type is not T.LPAREN:
+                self.advance()
+                name = tok.value if tok.type is T.QUOTED else tok.value.upper()
+                return A.MsgField("column", name, pos=tok.offset)
         if tok.type is T.IDENT:
             return self.function()
         raise self.error(f"expected a value or a condition, found {_describe(tok)}")
