@@ -24,6 +24,7 @@ class RuleError(TerminalError):
 
     Args:
         message: what is wrong.
+        context: what was being parsed (a rule name, ``and_condition``...).
         line: 1-based line of the error, when known.
         column: 1-based column of the error, when known.
         excerpt: the offending line with a caret under the column.
@@ -36,13 +37,15 @@ class RuleError(TerminalError):
         line: int | None = None,
         column: int | None = None,
         excerpt: str = "",
+        context: str = "",
     ) -> None:
         self.description = message
         self.line = line
         self.column = column
         self.excerpt = excerpt
+        self.context = context
         where = f"line {line}, column {column}: " if line is not None else ""
-        text = f"{where}{message}"
+        text = f"{context + ': ' if context else ''}{where}{message}"
         if excerpt:
             text += "\n" + excerpt
         super().__init__(text)
@@ -75,10 +78,11 @@ class RuleError(TerminalError):
     def with_context(self, context: str) -> RuleError:
         """The same error, its message prefixed by ``context`` (e.g. the rule name)."""
         return RuleError(
-            f"{context}: {self.description}",
+            self.description,
             line=self.line,
             column=self.column,
             excerpt=self.excerpt,
+            context=f"{context}: {self.context}" if self.context else context,
         )
 
 

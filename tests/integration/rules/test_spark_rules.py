@@ -1,0 +1,157 @@
+"""The Spark backend agrees with the Python evaluator; filters and row migration in Spark."""
+
+from __future__ import annotations
+
+import importlib.util
+import random
+from pathlib import Path
+
+import pytest
+
+from changeflow import lcr
+from changeflow.rules import admin
+from changeflow.rules.parser import parse
+from changeflow.rules.registry import RuleRegistry
+from changeflow.rules.ruleset import Rule, RuleSet, RuleSetPair
+from changeflow.rules.spark_compile import compile_condition
+
+_path = Path(__file__).parents[2] / "unit" / "rules" / "golden.py"
+_spec = importlib.util.spec_from_file_location("rules_golden_spark", _path)
+golden = importlib.util.module_from_spec(_spec)  # type: ignore[arg-type]
+_spec.loader.exec_module(golden)  # type: ignore[union-attr]
+CASES = golden.golden_cases()
+
+pytestmark = pytest.mark.spark
+
+
+def _frame(spark, messages: list[dict]):
+    rows = [golden.spark_row(m, f"m{i}") for i, m in enumerate(messages)]
+    return spark.createDataFrame(rows, lcr.spark_schema())
+
+
+def test_golden_cases_agree_with_python(spark) -> None:
+    df = _frame(spark, [c["message"] for c in CASES])
+    cols = [compile_condition(parse(c["condition"])).alias(f"c{i}") for i, c in enumerate(CASES)]
+    rows = {r["msg_id"]: r for r in df.select("msg_id", *cols).collect()}
+    actual = {c["id"]: rows[f"m{i}"][f"c{i}"] for i, c in enumerate(CASES)}
+    expected = {c["id"]: c["expected"] for c in CASES}
+    assert actual == expected
+
+
+def _regions(cmd: str, old: int | None, new: int | None, **extra) -> dict:
+    msg = {"kind": "ROW", "object_owner": "HR", "object_name": "REGIONS", "command_type": cmd,
+           "source_database_name": "DBS1.EXAMPLE.COM"}
+    if old is not None:
+        msg["old_values"] = {"REGION_ID": lcr.encode_value(old), "NAME": lcr.encode_value("n")}
+    if new is not None:
+        msg["new_values"] = {"REGION_ID": lcr.encode_value(new)}
+    msg.update(extra)
+    return msg
+
+
+def test_subset_rules_migrate_rows_in_spark(spark) -> None:
+    reg = RuleRegistry()
+    admin.add_subset_rules(reg, "hr.regions", "region_id=2", "apply", "apply", "q",
+                           source_database="dbs1.example.com")
+    messages = [
+        _regions("INSERT", None, 2), _regions("INSERT", None, 3),
+        _regions("UPDATE", 4, 2), _regions("UPDATE", 2, 1), _regions("UPDATE", 2, 2),
+        _regions("UPDATE", 1, 1), _regions("DELETE", 2, None), _regions("DELETE", 5, None),
+        _regions("UPDATE", 2, 2, tag=b"\x01"),
+    ]
+    out = reg.client("apply").filter(_frame(spark, messages))
+    got = sorted(
+        (r["msg_id"], r["command_type"], r["old_values"] is None, r["new_values"] is None)
+        for r in out.collect()
+    )
+    assert got == [
+        ("m0", "INSERT", True, False), ("m2", "INSERT", True, False),
+        ("m3", "DELETE", False, True), ("m4", "UPDATE", False, False),
+        ("m6", "DELETE", False, True),
+    ]
+    merged = {r["msg_id"]: r for r in out.collect()}["m2"]["new_values"]
+    assert set(merged) == {"REGION_ID", "NAME"} and merged["REGION_ID"]["int"] == 2
+    assert out.columns == lcr.spark_schema().fieldNames()
+
+
+def _random_message(rng: random.Random, i: int) -> dict:
+    kind = rng.choice(["ROW", "ROW", "ROW", "DDL", "USER"])
+    msg = {"kind": kind, "object_owner": rng.choice(["HR", "OE", None]),
+           "object_name": rng.choice(["T1", "T2", "REGIONS", "LOCATIONS"]),
+           "command_type": rng.choice(["INSERT", "UPDATE", "DELETE"]),
+           "source_database_name": rng.choice(["DBS1.EXAMPLE.COM", "DBS2.EXAMPLE.COM"]),
+           "tag": rng.choice([None, None, b"\x02"])}
+    if kind == "DDL":
+        msg["base_table_owner"] = rng.choice(["HR", None])
+        msg["base_table_name"] = rng.choice(["T1", "REGIONS", None])
+    if kind == "ROW":
+        msg["old_values"] = {"REGION_ID": lcr.encode_value(rng.choice([1, 2, None]), "INTEGER")}
+        msg["new_values"] = {"REGION_ID": lcr.encode_value(rng.choice([1, 2, 3]))}
+    if kind == "USER":
+        msg["msg_type_name"] = "STRMADMIN.REGION_PRI_MSG"
+        msg["payload"] = {"REGION": lcr.encode_value(rng.choice(["EUROPE", "ASIA"])),
+                          "PRIORITY": lcr.encode_value(rng.choice([1, 2]))}
+    return msg
+
+
+def _registry() -> RuleRegistry:
+    reg = RuleRegistry()
+    for table in ("hr.t1", "oe.t2", "hr.locations"):
+        admin.add_table_rules(reg, table, "apply", "apply", "q", include_ddl=True)
+    admin.add_schema_rules(reg, "oe", "apply", "apply", "q", source_database="dbs2.example.com")
+    admin.add_subset_rules(reg, "hr.regions", "region_id=2", "apply", "apply", "q")
+    admin.add_message_rule(reg, "strmadmin.region_pri_msg", ":msg.region = 'EUROPE'",
+                           "apply", "apply", "q")
+    admin.add_table_rules(reg, "hr.t1", "apply", "apply", "q", include_tagged_lcr=True,
+                          inclusion_rule=False, and_condition=":lcr.get_tag() IS NOT NULL")
+    admin.add_global_rules(reg, "apply", "apply", "q", include_dml=False, include_ddl=True,
+                           include_tagged_lcr=True, inclusion_rule=False,
+                           and_condition=":lcr.get_object_name() = 'T2'")
+    return reg
+
+
+def test_fast_path_filter_agrees_with_python_evaluation(spark) -> None:
+    rng = random.Random(7)
+    messages = [_random_message(rng, i) for i in range(300)]
+    pair = _registry().client("apply")
+    expected = {}
+    for i, m in enumerate(messages):
+        ok, out = pair.evaluate(m)
+        if ok:
+            expected[f"m{i}"] = out["command_type"]
+    got = {r["msg_id"]: r["command_type"] for r in pair.filter(_frame(spark, messages)).collect()}
+    assert got == expected
+    assert 0 < len(got) < len(messages)
+
+
+@pytest.mark.parametrize(
+    ("negative", "positive", "expected"),
+    [
+        (None, None, ["m0", "m1"]),
+        (None, "rules", ["m0"]),
+        ("rules", None, ["m1"]),
+        ("rules", "rules", []),
+        ("empty", None, ["m0", "m1"]),
+        ("empty", "rules", ["m0"]),
+        (None, "empty", []),
+        ("empty", "empty", []),
+        ("rules", "empty", []),
+    ],
+)
+def test_table_5_1_in_spark(spark, negative, positive, expected) -> None:
+    hr = Rule("HR", "((:dml.get_object_owner() = 'HR') )")
+    sets = {None: None, "empty": RuleSet("E"), "rules": RuleSet("R", [hr])}
+    pair = RuleSetPair(positive=sets[positive], negative=sets[negative])
+    df = _frame(spark, [{"kind": "ROW", "object_owner": "HR"}, {"kind": "ROW",
+                                                                "object_owner": "OE"}])
+    assert sorted(r["msg_id"] for r in pair.filter(df).collect()) == expected
+
+
+def test_ten_thousand_rules_compile_and_run(spark) -> None:
+    rules = [Rule(f"T{i}", f"((:dml.get_object_owner() = 'S{i % 10}' and "
+                  f":dml.get_object_name() = 'T{i}')) and :dml.is_null_tag() = 'Y'")
+             for i in range(10_000)]
+    pair = RuleSetPair(positive=RuleSet("BIG", rules))
+    df = _frame(spark, [{"kind": "ROW", "object_owner": "S7", "object_name": "T9997"},
+                        {"kind": "ROW", "object_owner": "S7", "object_name": "T9996"}])
+    assert [r["msg_id"] for r in pair.filter(df).collect()] == ["m0"]
