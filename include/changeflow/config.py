@@ -14,7 +14,7 @@ from __future__ import annotations
 import os
 import re
 from pathlib import Path
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
@@ -92,12 +92,64 @@ class SnapshotSource(_Model):
     tables: list[SnapshotTable] = Field(min_length=1)
 
 
+class PostgresSource(_Model):
+    """A PostgreSQL database read through a logical replication slot (wal2json).
+
+    The connection is given by ``url_env`` (an environment variable holding a libpq
+    URL) or ``conn_id`` (an Airflow connection), never in the file itself.
+    """
+
+    type: Literal["postgres"]
+    database: str = Field(description="global name of the source database, e.g. PG1.EXAMPLE.COM")
+    url_env: str | None = None
+    conn_id: str | None = None
+    slot: str = Field(pattern=r"^[a-z0-9_]{1,63}$")
+    plugin: Literal["wal2json"] = "wal2json"
+    tables: list[str] = Field(default=[], description="schema.table; empty means all")
+    schemas: list[str] = []
+    create_slot: bool = True
+    include_tagged_lcr: bool = False
+    batch_changes: int = Field(default=50000, ge=1)
+
+    @model_validator(mode="after")
+    def _one_connection(self) -> PostgresSource:
+        if (self.url_env is None) == (self.conn_id is None):
+            raise ValueError("give exactly one of url_env and conn_id")
+        for t in self.tables:
+            if not _QUEUE_NAME.match(t):
+                raise ValueError(f"table name {t!r} must be schema.table")
+        return self
+
+
+class PostgresTarget(_Model):
+    """A PostgreSQL database an apply writes into (see ``docs/postgres.md``).
+
+    ``import_tables`` maps an LCR table (``OWNER.NAME``) to an import table whose
+    trigger applies the target's business rules (seed 004): every change of that table
+    is inserted there instead of being applied to a table of the same name.
+    """
+
+    type: Literal["postgres"]
+    url_env: str | None = None
+    conn_id: str | None = None
+    schema_map: dict[str, str] = {}
+    import_tables: dict[str, str] = {}
+    tag_origin: bool = True
+    group_changes: int = Field(default=5000, ge=1)
+
+    @model_validator(mode="after")
+    def _one_connection(self) -> PostgresTarget:
+        if (self.url_env is None) == (self.conn_id is None):
+            raise ValueError("give exactly one of url_env and conn_id")
+        return self
+
+
 class CaptureSpec(_Model):
     """A capture: a source, optional rule sets and the queue it enqueues into."""
 
     name: str
     queue: str
-    source: SnapshotSource
+    source: Annotated[SnapshotSource | PostgresSource, Field(discriminator="type")]
     rule_sets: RuleSetRef = RuleSetRef()
 
 
@@ -118,6 +170,7 @@ class ApplySpec(_Model):
     rule_sets: RuleSetRef = RuleSetRef()
     buckets: int = Field(default=16, ge=1, le=4096)
     apply_tag: str = "00"
+    target: PostgresTarget | None = None
 
 
 class PipelineConfig(_Model):

@@ -195,6 +195,46 @@ def spark_schema() -> StructType:
     return T.StructType([T.StructField(n, spark_type(t), nl) for n, t, nl in LCR_FIELDS])
 
 
+def arrow_type(ddl: str) -> Any:
+    """The Arrow type that Spark reads back as :func:`spark_type` of ``ddl``.
+
+    ``timestamp`` is UTC-adjusted (Parquet ``isAdjustedToUTC=true``), ``timestamp_ntz``
+    is not; both are microseconds, as Spark writes them.
+    """
+    import pyarrow as pa
+
+    simple = {
+        "string": pa.string(),
+        "int": pa.int32(),
+        "bigint": pa.int64(),
+        "double": pa.float64(),
+        "boolean": pa.bool_(),
+        "date": pa.date32(),
+        "timestamp": pa.timestamp("us", tz="UTC"),
+        "timestamp_ntz": pa.timestamp("us"),
+        "binary": pa.binary(),
+        f"decimal({DECIMAL_PRECISION},{DECIMAL_SCALE})": pa.decimal128(
+            DECIMAL_PRECISION, DECIMAL_SCALE
+        ),
+    }
+    if ddl in simple:
+        return simple[ddl]
+    if ddl == "array<string>":
+        return pa.list_(pa.string())
+    if ddl == VALUE_DDL:
+        return pa.struct([pa.field(n, arrow_type(t)) for n, t in VALUE_FIELDS])
+    if ddl == VALUES_DDL:
+        return pa.map_(pa.string(), arrow_type(VALUE_DDL))
+    raise ValueError(f"no Arrow type for {ddl!r}")
+
+
+def arrow_schema() -> Any:
+    """The LCR contract as a ``pyarrow.Schema`` (for writers that bypass Spark)."""
+    import pyarrow as pa
+
+    return pa.schema([pa.field(n, arrow_type(t), nl) for n, t, nl in LCR_FIELDS])
+
+
 def check_schema(actual: StructType, *, path: str | None = None) -> None:
     """Refuse a schema that does not match the LCR contract.
 
