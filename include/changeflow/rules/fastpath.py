@@ -195,13 +195,19 @@ class RuleIndex:
             for alt in alts:
                 pattern = pattern_of(alt)
                 self.simple.setdefault(pattern, set()).add(key_of(alt, pattern))
-        elif len(alts) == 1 and rest:
-            pattern = pattern_of(alts[0])
-            node = rest[0] if len(rest) == 1 else A.And(tuple(rest))
-            keyed = self.indexed.setdefault(pattern, {})
-            keyed.setdefault(key_of(alts[0], pattern), []).append(IndexedRule(rule, node))
         else:
-            self.residual.append(rule)
+            # Key on the dimensions every alternative fixes; whatever is left is evaluated.
+            common = {d: v for d, v in alts[0].items() if all(a.get(d) == v for a in alts)}
+            if len(common) < 2:  # only the kind: an index would not narrow anything
+                self.residual.append(rule)
+                return
+            if len(alts) == 1:
+                node = rest[0] if len(rest) == 1 else A.And(tuple(rest))
+            else:
+                node = rule.tree
+            pattern = pattern_of(common)
+            keyed = self.indexed.setdefault(pattern, {})
+            keyed.setdefault(key_of(common, pattern), []).append(IndexedRule(rule, node))
 
     def simple_match(self, message: Mapping[str, Any]) -> bool:
         """True when a simple rule is TRUE for the message (Python backend)."""
