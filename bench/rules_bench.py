@@ -51,7 +51,8 @@ def generate(spark: SparkSession, n_rows: int) -> DataFrame:
 
     df = spark.range(0, n_rows, 1, max(2, n_rows // 500_000))
     table = F.abs(F.xxhash64("id")) % N_TABLES
-    cmd = F.element_at(F.array(*[F.lit(c) for c in lcr.DML_COMMANDS]), (F.col("id") % 3 + 1).cast("int"))
+    commands = F.array(*[F.lit(c) for c in lcr.DML_COMMANDS])
+    cmd = F.element_at(commands, (F.col("id") % 3 + 1).cast("int"))
     region = lambda salt: (F.abs(F.xxhash64("id", F.lit(salt))) % 5 + 1)  # noqa: E731
     values = lambda salt: F.create_map(  # noqa: E731
         F.lit("REGION_ID"), _typed("INTEGER", region(salt)),
@@ -114,7 +115,8 @@ def _variants() -> dict[str, Any]:
 def _naive_filter(df: DataFrame, rules: list[Rule]) -> DataFrame:
     from changeflow.rules.spark_compile import compile_condition
 
-    return df.filter(functools.reduce(lambda a, b: a | b, (compile_condition(r.tree) for r in rules)))
+    conditions = (compile_condition(r.tree) for r in rules)
+    return df.filter(functools.reduce(lambda a, b: a | b, conditions))
 
 
 def _measure(spark: SparkSession, path: str, variant: Any, repeats: int) -> dict[str, float]:

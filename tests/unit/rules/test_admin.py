@@ -54,7 +54,8 @@ def test_message_rules_use_generated_variables() -> None:
 
 
 @pytest.mark.parametrize(
-    ("dml", "ddl", "count"), [(False, False, 0), (True, False, 1), (False, True, 1), (True, True, 2)]
+    ("dml", "ddl", "count"),
+    [(False, False, 0), (True, False, 1), (False, True, 1), (True, True, 2)],
 )
 def test_rule_counts(dml: bool, ddl: bool, count: int) -> None:
     reg = RuleRegistry()

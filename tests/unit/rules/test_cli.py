@@ -42,7 +42,8 @@ def test_subset_and_propagation_commands(tmp_path: Path) -> None:
         "dbs1.example.com", "--config", cfg,
     ])  # fmt: skip
     assert prop.exit_code == 0, prop.output
-    assert "propagation dbs1_to_dbs2" in prop.output and ":ddl.get_base_table_owner()" in prop.output
+    assert "propagation dbs1_to_dbs2" in prop.output
+    assert ":ddl.get_base_table_owner()" in prop.output
 
 
 def test_bad_input_exits_non_zero_with_position(tmp_path: Path) -> None:
