@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING
 
 from sqlalchemy import select
 
-from changeflow.apply.target import FileEntry, TargetCatalog, TargetTable, write_files
+from changeflow.apply.target import FileEntry, TargetCatalog, TargetTable, compact, write_files
 from changeflow.config import ApplySpec, PipelineConfig
 from changeflow.errors import TargetError
 from changeflow.queues import io as qio
@@ -163,7 +163,7 @@ def apply_once(
         with qio.guard(batches):
             written = _write_tables(spark, catalog, spec, changes)
         with rt.store.begin() as conn:
-            for table, files in written:
+            for table, files, _ in written:
                 catalog.commit(conn, table, files)
             _record_marks(conn, name, changes)
             rt.catalog.ack(queue, consumer, batches[-1].seq, conn)
@@ -171,27 +171,33 @@ def apply_once(
         changes.unpersist()
     result.batches = len(batches)
     result.messages = sum(b.n_messages for b in batches)
-    result.tables = {t.name: sum(f.n_rows for f in files) for t, files in written}
+    result.tables = {t.name: n for t, _, n in written}
     from changeflow.propagation import purge
 
     purge(spark, cfg, spec.queue)
+    for table, _, _ in written:
+        compact(spark, catalog, table.name)
     result.seconds = time.monotonic() - started
     return result
 
 
 def _write_tables(
     spark: SparkSession, catalog: TargetCatalog, spec: ApplySpec, changes: DataFrame
-) -> list[tuple[TargetTable, list[FileEntry]]]:
+) -> list[tuple[TargetTable, list[FileEntry], int]]:
+    """Write every touched table's delta; tables are written concurrently (one job each)."""
+    from concurrent.futures import ThreadPoolExecutor
+
     from pyspark.sql import functions as F
 
     tag = uuid.uuid4().hex[:12]
-    out = []
+    plans = []
     for name, (keys, cols) in table_columns(changes).items():
         if not keys:
             raise TargetError(f"target table {name}: the LCRs carry no key columns")
         table = catalog.evolve(name, keys, cols, spec.buckets)
         owner, obj = name.upper().split(".", 1)
         mine = changes.where((F.upper("object_owner") == owner) & (F.upper("object_name") == obj))
-        files = write_files(spark, table, row_images(mine, table), "delta", tag)
-        out.append((table, files))
-    return out
+        plans.append((table, row_images(mine, table)))
+    with ThreadPoolExecutor(max_workers=4) as pool:
+        futures = [(t, pool.submit(write_files, spark, t, rows, "delta", tag)) for t, rows in plans]
+        return [(t, *f.result()) for t, f in futures]

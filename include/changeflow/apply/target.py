@@ -77,7 +77,7 @@ class FileEntry:
     bucket: int
     version: int
     kind: str
-    n_rows: int
+    n_bytes: int
 
 
 class TargetCatalog:
@@ -110,7 +110,7 @@ class TargetCatalog:
         with self.store.engine.connect() as c:
             rows = c.execute(select(F_).where(F_.c.table_name == name).order_by(F_.c.version))
             return [
-                FileEntry(r.path, r.bucket, r.version, r.kind, r.n_rows) for r in rows
+                FileEntry(r.path, r.bucket, r.version, r.kind, r.n_bytes) for r in rows
             ]
 
     def evolve(
@@ -158,7 +158,7 @@ class TargetCatalog:
             conn.execute(delete(F_).where(F_.c.table_name == table.name, F_.c.path == path))
         for e in add:
             conn.execute(F_.insert().values(table_name=table.name, path=e.path, bucket=e.bucket,
-                                             version=version, kind=e.kind, n_rows=e.n_rows))
+                                             version=version, kind=e.kind, n_bytes=e.n_bytes))
 
 
 def bucket_of(df: DataFrame, keys: list[str], buckets: int) -> DataFrame:
@@ -170,8 +170,13 @@ def bucket_of(df: DataFrame, keys: list[str], buckets: int) -> DataFrame:
 
 def write_files(
     spark: SparkSession, table: TargetTable, rows: DataFrame, kind: str, tag: str
-) -> list[FileEntry]:
-    """Write rows (with ``_cf_*`` columns) as new files, one per bucket touched."""
+) -> tuple[list[FileEntry], int]:
+    """Write rows (with ``_cf_*`` columns) as new files, one per bucket touched.
+
+    Returns:
+        The new files (sizes in bytes) and the number of rows written.
+    """
+    from pyspark.sql import Observation
     from pyspark.sql import functions as F
 
     path = fs.join(table.root, f"{kind}-v{table.version + 1}-{tag}")
@@ -179,21 +184,15 @@ def write_files(
     data = rows.select(*cols, BUCKET) if BUCKET in rows.columns else bucket_of(
         rows.select(*cols), table.key_columns, table.buckets
     )
+    obs = Observation(f"write_{tag}_{table.name}")
+    data = data.observe(obs, F.count(F.lit(1)).alias("n"))
     data.repartition(F.col(BUCKET)).write.partitionBy(BUCKET).parquet(path)
-    files: dict[int, list[str]] = {}
-    for file, _size in fs.data_files(spark, path):
+    out = []
+    for file, size in fs.data_files(spark, path):
         m = _BUCKET_DIR.search(file)
         if m:
-            files.setdefault(int(m.group(1)), []).append(file)
-    if not files:
-        return []
-    # Partition columns are counted from file metadata: this reads no data pages.
-    counts = dict(spark.read.parquet(path).groupBy(BUCKET).count().collect())
-    return [
-        FileEntry(f, b, table.version + 1, kind, counts.get(b, 0) // len(paths))
-        for b, paths in files.items()
-        for f in paths
-    ]
+            out.append(FileEntry(file, int(m.group(1)), table.version + 1, kind, size))
+    return out, int(obs.get.get("n") or 0)
 
 
 def resolve(df: DataFrame, keys: list[str]) -> DataFrame:
@@ -225,3 +224,54 @@ def read_table(
     raw = spark.read.schema(table.spark_schema()).parquet(*files)
     current = resolve(raw, table.key_columns)
     return current if with_meta else current.drop(*META)
+
+
+def buckets_to_compact(
+    files: list[FileEntry], *, ratio: float = 0.5, max_deltas: int = 8
+) -> list[int]:
+    """Buckets whose deltas outgrew their base (bytes) or are too many files.
+
+    >>> f = [FileEntry("a", 0, 1, "base", 100), FileEntry("b", 0, 2, "delta", 80),
+    ...      FileEntry("c", 1, 1, "base", 100), FileEntry("d", 1, 2, "delta", 10)]
+    >>> buckets_to_compact(f)
+    [0]
+    """
+    by: dict[int, list[FileEntry]] = {}
+    for f in files:
+        by.setdefault(f.bucket, []).append(f)
+    out = []
+    for b, fl in sorted(by.items()):
+        base = sum(f.n_bytes for f in fl if f.kind == "base")
+        deltas = [f for f in fl if f.kind == "delta"]
+        grown = base > 0 and sum(f.n_bytes for f in deltas) > ratio * base
+        if len(deltas) > max_deltas or grown:
+            out.append(b)
+    return out
+
+
+def compact(
+    spark: SparkSession, catalog: TargetCatalog, name: str, *, ratio: float = 0.5,
+    max_deltas: int = 8,
+) -> list[int]:
+    """Merge the files of the buckets that need it into one base file each.
+
+    Only those buckets' files are read and rewritten. The swap is one state-store
+    transaction; replaced files are deleted after it. Returns the compacted buckets.
+    """
+    import uuid
+
+    table = catalog.get(name)
+    if table is None:
+        return []
+    files = catalog.files(name)
+    todo = buckets_to_compact(files, ratio=ratio, max_deltas=max_deltas)
+    if not todo:
+        return []
+    old = [f.path for f in files if f.bucket in todo]
+    current = resolve(spark.read.schema(table.spark_schema()).parquet(*old), table.key_columns)
+    new, _ = write_files(spark, table, current, "base", uuid.uuid4().hex[:12])
+    with catalog.store.begin() as conn:
+        catalog.commit(conn, table, new, remove=old)
+    for path in old:
+        fs.delete(spark, path)
+    return todo

@@ -113,7 +113,7 @@ target_files = Table(
     Column("bucket", Integer, nullable=False),
     Column("version", BigInteger, nullable=False),
     Column("kind", String(10), nullable=False),
-    Column("n_rows", BigInteger, nullable=False),
+    Column("n_bytes", BigInteger, nullable=False),
 )
 
 apply_errors = Table(

@@ -1,0 +1,1 @@
+"""The demo: an HR source database in snapshots, and the check that targets match it."""

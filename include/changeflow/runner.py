@@ -1,0 +1,91 @@
+"""Running pipeline components as jobs: argument parsing, rule wiring, exit codes.
+
+Job files under ``jobs/`` call :func:`main` and nothing else, so what a job does lives
+here, where it can be tested without spark-submit.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import sys
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING, Any
+
+from changeflow.config import PipelineConfig, load_config
+from changeflow.errors import ChangeflowError, ConfigError
+
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame, SparkSession
+
+log = logging.getLogger("changeflow.job")
+KINDS = ("capture", "propagation", "apply", "verify")
+
+
+def rule_filter_for(
+    cfg: PipelineConfig, kind: str, name: str
+) -> Callable[[DataFrame], DataFrame] | None:
+    """The rule-set filter of a client, or None when it has no rule set.
+
+    Raises:
+        ConfigError: the client names rule sets but the configuration has no rules file.
+    """
+    spec = cfg.component(kind, name)
+    refs = spec.rule_sets
+    if refs.positive is None and refs.negative is None:
+        return None
+    if not cfg.rules:
+        raise ConfigError(f"{kind} {name} names rule sets but no 'rules' file is configured",
+                          file=cfg.source_path, key="rules")
+    from changeflow.rules.wiring import client_filter  # the rules engine
+
+    return client_filter(cfg.rules, positive=refs.positive, negative=refs.negative)
+
+
+def run_component(spark: SparkSession, cfg: PipelineConfig, kind: str, name: str) -> Any:
+    """Run one capture, propagation, apply or demo verification once."""
+    if kind == "verify":
+        from changeflow.demo.verify import verify
+
+        return verify(spark, cfg, name)
+    rule_filter = rule_filter_for(cfg, kind, name)
+    if kind == "capture":
+        from changeflow.capture.snapshot import run_capture
+
+        return run_capture(spark, cfg, name, rule_filter)
+    if kind == "propagation":
+        from changeflow.propagation import propagate_once
+
+        return propagate_once(spark, cfg, name, rule_filter=rule_filter)
+    from changeflow.apply.engine import apply_once
+
+    return apply_once(spark, cfg, name, rule_filter=rule_filter)
+
+
+def parse_args(kind: str, argv: Sequence[str] | None) -> argparse.Namespace:
+    """Arguments every job takes."""
+    p = argparse.ArgumentParser(prog=f"changeflow-{kind}", description=f"Run a {kind} once.")
+    p.add_argument("--config", required=True, help="pipeline configuration file (YAML)")
+    p.add_argument("--name", required=True, help=f"the {kind} to run")
+    return p.parse_args(argv)
+
+
+def main(kind: str, argv: Sequence[str] | None = None) -> int:
+    """Entry point of ``jobs/<kind>.py``: returns the process exit code."""
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s %(message)s")
+    args = parse_args(kind, argv)
+    try:
+        cfg = load_config(args.config)
+        cfg.component(kind if kind != "verify" else "apply", args.name)
+        from changeflow.spark import get_session
+
+        spark = get_session(f"changeflow-{kind}-{args.name}")
+        result = run_component(spark, cfg, kind, args.name)
+    except ChangeflowError as exc:
+        log.error("%s %s failed: %s", kind, args.name, exc)
+        print(f"changeflow {kind} {args.name}: error: {exc}", file=sys.stderr)
+        return 2 if not exc.transient else 75
+    summary = getattr(result, "__dict__", result)
+    print(json.dumps({"kind": kind, "name": args.name, "result": summary}, default=str))
+    return 0 if getattr(result, "ok", True) else 1
