@@ -208,8 +208,13 @@ def _access(v: Column, accessor: str) -> Column:
     category = {A.NUMBER: "NUM", A.VARCHAR2: "STR", A.DATE: "DATE", A.RAW: "RAW"}[
         A.ACCESSORS[accessor]
     ]
+    F = _F()
     types = V.ACCESSOR_TYPES[accessor]
-    return _F().when(v["type"].isin(*types), _dynamic(v, category))
+    if category == "NUM":  # the type test below already excludes VARCHAR2: keep code small
+        inner = F.coalesce(v["dec"], v["int"].cast(DEC), v["dbl"].try_cast(DEC))
+    else:
+        inner = _dynamic(v, category)
+    return F.when(v["type"].isin(*types), inner)
 
 
 def _category(v: Column) -> Column:
