@@ -236,9 +236,11 @@ def _assign(cols: tuple[str, ...], sep: str) -> Any:
 
 
 def _values(entries: Any) -> dict[str, Any]:
-    """A value map (Arrow's list of (key, struct) pairs) as ``{COLUMN: python value}``."""
+    """A value map as ``{COLUMN: python value}`` (from a dict, or Arrow's (key, struct) pairs)."""
     if not entries:
         return {}
+    if isinstance(entries, dict):
+        return entries
     field = _FIELD
     return {key: struct[field[struct["type"]]] for key, struct in entries}
 

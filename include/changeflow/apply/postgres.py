@@ -27,6 +27,7 @@ Entry point: :func:`apply_pg_once`.
 from __future__ import annotations
 
 import datetime as dt
+import gc
 import logging
 import time
 from collections.abc import Callable
@@ -114,7 +115,7 @@ def source_transactions(table: pa.Table, marks: dict[str, int]) -> tuple[list[So
     out: list[SourceTxn] = []
     skipped: set[tuple[str, int, str]] = set()
     seen: set[str] = set()
-    for m in table.to_pylist():
+    for m in _rows(table):
         key = (m["source_database_name"], m["commit_scn"], m["transaction_id"])
         if m["commit_scn"] <= marks.get(key[0], -1):
             skipped.add(key)
@@ -126,6 +127,45 @@ def source_transactions(table: pa.Table, marks: dict[str, int]) -> tuple[list[So
             out.append(SourceTxn(key[0], key[1], key[2], m["commit_time"]))
         out[-1].lcrs.append(m)
     return out, len(skipped)
+
+
+def _rows(table: pa.Table) -> list[dict[str, Any]]:
+    """Rows as dicts, value maps decoded to ``{COLUMN: value}`` column-wise (fast)."""
+    columns = {}
+    for name in table.column_names:
+        if name in ("old_values", "new_values"):
+            columns[name] = _map_dicts(table.column(name))
+        else:
+            columns[name] = table.column(name).to_pylist()
+    names = list(columns)
+    return [dict(zip(names, values, strict=True))
+            for values in zip(*columns.values(), strict=True)]
+
+
+def _map_dicts(col: Any) -> list[dict[str, Any] | None]:
+    import pyarrow as pa
+
+    from changeflow import lcr
+
+    arr = pa.concat_arrays(col.chunks) if col.num_chunks != 1 else col.chunk(0)
+    if not len(arr):
+        return []
+    offsets = arr.offsets.to_pylist()
+    keys, items = arr.keys, arr.items
+    base = offsets[0] if len(keys) == offsets[-1] - offsets[0] else 0
+    keys = keys.to_pylist()
+    types = items.field("type").to_pylist()
+    fields = {t.field: t.name for t in lcr.LOGICAL_TYPES.values()}
+    by_type = {fields[f]: items.field(f).to_pylist() for f in fields if f in
+               {lcr.LOGICAL_TYPES[t].field for t in set(types) if t}}
+    values = [by_type[t][i] if t else None for i, t in enumerate(types)]
+    valid = arr.is_valid().to_pylist()
+    return [
+        dict(zip(keys[offsets[i] - base:offsets[i + 1] - base],
+                 values[offsets[i] - base:offsets[i + 1] - base], strict=True))
+        if valid[i] else None
+        for i in range(len(valid))
+    ]
 
 
 def _kinds() -> Any:
@@ -233,9 +273,10 @@ class PgApplier:
     def _done(self, group: list[SourceTxn], result: PgApplyResult) -> None:
         result.transactions += len(group)
         result.changes += sum(len(t.lcrs) for t in group)
-        newest = group[-1].commit_time
-        if newest is not None:
-            result.lags.append((utcnow() - newest).total_seconds())
+        now = utcnow()
+        if len(result.lags) < 100_000:
+            result.lags.extend((now - t.commit_time).total_seconds() for t in group
+                               if t.commit_time is not None)
 
     def _record_error(self, txn: SourceTxn, failing: str | None, exc: Exception) -> None:
         text = _first_line(exc, 2000)
@@ -323,9 +364,13 @@ def apply_pg_once(
             batches = rt.catalog.pending(queue, consumer, max_batches=batches_per_round)
             if not batches:
                 break
-            txns, skipped = source_transactions(_read(spark, batches, rule_filter),
-                                                applier.marks())
-            applier.apply(txns, result)
+            gc.disable()  # many short-lived objects per round; see capture/postgres.py
+            try:
+                txns, skipped = source_transactions(_read(spark, batches, rule_filter),
+                                                    applier.marks())
+                applier.apply(txns, result)
+            finally:
+                gc.enable()
             rt.catalog.ack(queue, consumer, batches[-1].seq)
             result.batches += len(batches)
             result.messages += sum(b.n_messages for b in batches)

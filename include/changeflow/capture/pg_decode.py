@@ -61,7 +61,7 @@ def _bytea(v: str) -> bytes:
 
 # type OID -> (logical LCR type, converter from the wal2json JSON value)
 TYPE_MAP: dict[int, tuple[str, Callable[[Any], Any]]] = {
-    16: ("BOOLEAN", bool),
+    16: ("BOOLEAN", bool),  # JSON true/false: kept as parsed
     17: ("RAW", _bytea),
     18: ("VARCHAR2", str),  # "char"
     19: ("VARCHAR2", str),  # name
@@ -125,12 +125,17 @@ def transactions(rows: Iterable[tuple[str, Any, str]]) -> Iterator[PgTransaction
     Raises:
         DecodeError: for a document that is not wal2json format 2.
     """
+    rows = list(rows)
+    # One parse of a JSON array is much cheaper than one parse per document.
+    docs = json.loads("[" + ",".join(r[2] for r in rows) + "]", parse_float=decimal.Decimal)
     current: PgTransaction | None = None
-    loads = json.loads
-    for lsn, _xid, data in rows:
-        doc = loads(data, parse_float=decimal.Decimal)
+    for (lsn, _xid, data), doc in zip(rows, docs, strict=True):
         action = doc.get("action")
-        if action == "B":
+        if action in ("I", "U", "D", "T"):
+            if current is None:
+                raise DecodeError(f"change at {lsn} outside a transaction")
+            current.changes.append(doc)
+        elif action == "B":
             current = PgTransaction(int(doc["xid"]), 0, _timestamptz(doc["timestamp"]),
                                     int(doc.get("origin") or 0))
         elif action == "C":
@@ -140,10 +145,6 @@ def transactions(rows: Iterable[tuple[str, Any, str]]) -> Iterator[PgTransaction
             current.commit_time = _timestamptz(doc["timestamp"])
             yield current
             current = None
-        elif action in ("I", "U", "D", "T"):
-            if current is None:
-                raise DecodeError(f"change at {lsn} outside a transaction")
-            current.changes.append(doc)
         elif action != "M":  # logical messages are not captured
             raise DecodeError(f"unknown wal2json action {action!r} at {lsn}: {data[:200]}")
 
@@ -163,6 +164,7 @@ def convert_columns(
     if cols is None:
         return None
     out = []
+    canon = _canonical
     for c in cols:
         oid = c.get("typeoid")
         mapped = TYPE_MAP.get(oid)
@@ -174,7 +176,7 @@ def convert_columns(
             )
         ltype, conv = mapped
         value = c.get("value")
-        if value is not None:
+        if value is not None and type(value) is not _NATIVE.get(ltype):
             try:
                 value = conv(value)
             except (ValueError, TypeError, decimal.InvalidOperation) as exc:
@@ -182,8 +184,19 @@ def convert_columns(
                     f"{where}.{c['name']}: value {str(value)[:80]!r} of type "
                     f"{TYPE_NAMES.get(oid, oid)} cannot be held as {ltype}: {exc}"
                 ) from exc
-        out.append((lcr.canonical_identifier(c["name"]), ltype, value))
+        name = c["name"]
+        out.append((canon.get(name) or _canon(name), ltype, value))
     return out
+
+
+# JSON already gives these logical types their Python type: no conversion needed.
+_NATIVE: dict[str, type] = {"INTEGER": int, "VARCHAR2": str, "BOOLEAN": bool}
+_canonical: dict[str, str] = {}
+
+
+def _canon(name: str) -> str:
+    value = _canonical[name] = lcr.canonical_identifier(name)
+    return value
 
 
 class LcrBuilder:
@@ -200,6 +213,7 @@ class LcrBuilder:
 
     def __init__(self, database: str, key_columns: Callable[[str, str], list[str]]):
         self.database = database.upper()
+        self.db_id = lcr.message_id(self.database)[:8]
         self.key_columns = key_columns
         self.cols: dict[str, list[Any]] = {n: [] for n in self._SCALARS}
         self.new = _MapBuilder()
@@ -210,38 +224,44 @@ class LcrBuilder:
 
     def add(self, txn: PgTransaction, tag: bytes | None) -> int:
         """Add every change of a transaction. Returns how many LCRs were added."""
-        for pos, doc in enumerate(txn.changes, start=1):
-            schema, table = doc["schema"], doc["table"]
-            owner = lcr.canonical_identifier(schema)
-            name = lcr.canonical_identifier(table)
-            action = doc["action"]
-            row = self.cols
-            row["msg_id"].append(lcr.message_id(self.database, txn.end_lsn, pos))
-            row["object_owner"].append(owner)
-            row["object_name"].append(name)
-            row["tag"].append(tag)
-            row["transaction_id"].append(str(txn.xid))
-            row["commit_scn"].append(txn.end_lsn)
-            row["commit_time"].append(txn.commit_time)
-            row["position"].append(pos)
-            if action == "T":
-                row["kind"].append("DDL")
-                row["command_type"].append("TRUNCATE TABLE")
-                row["object_type"].append("TABLE")
-                row["ddl_text"].append(f'TRUNCATE TABLE "{schema}"."{table}"')
-                row["key_columns"].append(None)
-                self.new.add(None)
-                self.old.add(None)
-                continue
-            where = f"{schema}.{table}"
-            row["kind"].append("ROW")
-            row["command_type"].append(_COMMANDS[action])
-            row["object_type"].append(None)
-            row["ddl_text"].append(None)
-            row["key_columns"].append(self.key_columns(schema, table))
-            self.new.add(convert_columns(doc, "columns", where) if action != "D" else None)
-            self.old.add(convert_columns(doc, "identity", where) if action != "I" else None)
-        return len(txn.changes)
+        n = len(txn.changes)
+        row = self.cols
+        # A message id is the source database, the commit LSN and the position: stable
+        # across re-reads of the slot, so a replay is recognised.
+        prefix = f"{self.db_id}{txn.end_lsn:016x}"
+        row["msg_id"].extend(f"{prefix}{pos:08x}" for pos in range(1, n + 1))
+        row["tag"].extend([tag] * n)
+        row["transaction_id"].extend([str(txn.xid)] * n)
+        row["commit_scn"].extend([txn.end_lsn] * n)
+        row["commit_time"].extend([txn.commit_time] * n)
+        row["position"].extend(range(1, n + 1))
+        for doc in txn.changes:
+            self._add_change(doc)
+        return n
+
+    def _add_change(self, doc: dict[str, Any]) -> None:
+        row = self.cols
+        schema, table = doc["schema"], doc["table"]
+        row["object_owner"].append(_canonical.get(schema) or _canon(schema))
+        row["object_name"].append(_canonical.get(table) or _canon(table))
+        action = doc["action"]
+        if action == "T":
+            row["kind"].append("DDL")
+            row["command_type"].append("TRUNCATE TABLE")
+            row["object_type"].append("TABLE")
+            row["ddl_text"].append(f'TRUNCATE TABLE "{schema}"."{table}"')
+            row["key_columns"].append(None)
+            self.new.add(None)
+            self.old.add(None)
+            return
+        where = f"{schema}.{table}"
+        row["kind"].append("ROW")
+        row["command_type"].append(_COMMANDS[action])
+        row["object_type"].append(None)
+        row["ddl_text"].append(None)
+        row["key_columns"].append(self.key_columns(schema, table))
+        self.new.add(convert_columns(doc, "columns", where) if action != "D" else None)
+        self.old.add(convert_columns(doc, "identity", where) if action != "I" else None)
 
     def to_arrow(self) -> pa.Table:
         """The LCRs added so far, as a table following :func:`lcr.arrow_schema`."""
@@ -278,38 +298,34 @@ class _MapBuilder:
     def __init__(self) -> None:
         self.offsets = [0]
         self.valid: list[bool] = []
-        self.keys: list[str] = []
-        self.types: list[str] = []
-        self.values: list[Any] = []
+        self.entries: list[tuple[str, str, Any]] = []
 
     def add(self, entries: list[tuple[str, str, Any]] | None) -> None:
         if entries is None:
             self.valid.append(False)
         else:
             self.valid.append(True)
-            for k, t, v in entries:
-                self.keys.append(k)
-                self.types.append(t)
-                self.values.append(v)
-        self.offsets.append(len(self.keys))
+            self.entries.extend(entries)
+        self.offsets.append(len(self.entries))
 
     def build(self, map_type: pa.MapType) -> pa.Array:
         import pyarrow as pa
 
+        keys, types, values = (list(x) for x in zip(*self.entries, strict=True)) if \
+            self.entries else ([], [], [])
         struct_type = map_type.item_type
-        present = set(self.types)
-        children = [pa.array(self.types, pa.string())]
+        present = set(types)
+        children = [pa.array(types, pa.string())]
         for f in list(struct_type)[1:]:
             ltype = _FIELD_OF[f.name]
             if ltype in present:
-                data = [v if t == ltype else None for v, t in zip(self.values, self.types,
-                                                                   strict=True)]
+                data = [v if t == ltype else None for v, t in zip(values, types, strict=True)]
                 children.append(pa.array(data, f.type))
             else:
-                children.append(pa.nulls(len(self.types), f.type))
+                children.append(pa.nulls(len(types), f.type))
         items = pa.StructArray.from_arrays(children, fields=list(struct_type))
         mask = pa.array([not v for v in self.valid], pa.bool_())
         return pa.MapArray.from_arrays(
-            pa.array(self.offsets, pa.int32()), pa.array(self.keys, pa.string()), items,
+            pa.array(self.offsets, pa.int32()), pa.array(keys, pa.string()), items,
             type=map_type, mask=mask,
         )

@@ -75,9 +75,7 @@ def _setup(pg: Any, workdir: Path, pipeline_file: Any, monkeypatch: Any) -> tupl
 
 
 def _pgbench(pg: Any, db: str, seconds: int) -> subprocess.Popen[str]:
-    argv = [str(Path(os.environ.get("CHANGEFLOW_PG_BIN", "/usr/lib/postgresql/15/bin"))
-                / "pgbench"), "-h", str(pg.sock), "-p", str(pg.port), "-U", "postgres", "-n",
-            "-c", "4", "-j", "2", "-T", str(seconds), db]
+    argv = pg.argv("pgbench", "-n", "-c", "4", "-j", "2", "-T", str(seconds), db=db)
     return subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
 
 

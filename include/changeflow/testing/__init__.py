@@ -1,0 +1,1 @@
+"""Helpers for tests and benchmarks (throwaway servers); not used by pipelines."""
