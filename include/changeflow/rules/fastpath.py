@@ -251,19 +251,18 @@ def code_column(index: RuleIndex) -> Any:
     """The migration code of the first-ranked TRUE rule, NULL when no rule is TRUE.
 
     Codes: 0 keep the message, 1 migrate an UPDATE to INSERT, 2 to DELETE. Simple rules
-    are ``isin`` lookups, which Spark turns into a hash-set membership test; indexed
-    complex rules are evaluated only when their key matches.
+    are ``isin`` lookups, which Spark turns into a hash-set membership test. Indexed
+    complex rules are evaluated only when their key matches; those that differ only in
+    their literals (the subset rules of many tables) are compiled once, their literals
+    looked up by key, so the generated code does not grow with the number of tables.
     """
     from pyspark.sql import functions as F
 
     codes: list[Any] = []
     for pattern, keyed in sorted(index.indexed.items()):
         key = key_column(pattern)
-        case = None
-        for value, rules in sorted(keyed.items()):
-            code = _least([r.rule.code_column(r.rest) for r in rules])
-            case = F.when(key == value, code) if case is None else case.when(key == value, code)
-        codes.append(F.when(key.isin(sorted(keyed)), case))
+        gated = [_shape_code(key, group) for group in _shape_groups(keyed).values()]
+        codes.append(F.when(key.isin(sorted(keyed)), _least(gated)))
     codes.extend(rule.code_column(rule.tree) for rule in index.residual)
     simple = [key_column(p).isin(sorted(keys)) for p, keys in sorted(index.simple.items())]
     complex_code = _least(codes) if codes else F.lit(None).cast("int")
@@ -271,3 +270,61 @@ def code_column(index: RuleIndex) -> Any:
         return complex_code
     matched = simple[0] if len(simple) == 1 else F.greatest(*simple)
     return F.when(matched, F.lit(0)).otherwise(complex_code)
+
+
+def _shape(node: Any) -> Any:
+    """A node's structure with literal values left out (literal types kept)."""
+    if isinstance(node, A.Literal):
+        return ("?", node.type)
+    if isinstance(node, A.Node):
+        items = sorted((k, v) for k, v in node.__dict__.items() if k != "pos")
+        return (type(node).__name__, tuple((k, _shape(v)) for k, v in items))
+    if isinstance(node, tuple):
+        return tuple(_shape(v) for v in node)
+    return node
+
+
+def _literals(node: A.Node) -> list[A.Literal]:
+    return [n for n in node.walk() if isinstance(n, A.Literal)]
+
+
+def _shape_groups(keyed: dict[str, list[IndexedRule]]) -> dict[Any, list[tuple[str, IndexedRule]]]:
+    """Indexed rules grouped by (shape, action, message type); one compiled form each."""
+    groups: dict[Any, list[tuple[str, IndexedRule]]] = {}
+    for value, rules in sorted(keyed.items()):
+        for ir in rules:
+            msg = any(isinstance(n, A.MsgField) for n in ir.rest.walk())
+            shape = (id(ir) if msg else _shape(ir.rest), ir.rule.subset_action,
+                     ir.rule.message_type)  # fmt: skip
+            # A key appears once per group (map keys are unique): repeat -> next group.
+            n = 0
+            while any(v == value for v, _ in groups.get((shape, n), ())):
+                n += 1
+            groups.setdefault((shape, n), []).append((value, ir))
+    return groups
+
+
+def _shape_code(key: Any, group: list[tuple[str, IndexedRule]]) -> Any:
+    """One compiled rule for a group of same-shape rules, literals looked up by key."""
+    from pyspark.sql import functions as F
+
+    from changeflow.rules.spark_compile import PARAMETERS, literal_column
+
+    first = group[0][1]
+    if len(group) == 1:
+        return F.when(key == group[0][0], first.rule.code_column(first.rest))
+    slots = _literals(first.rest)
+    entries: list[Any] = []
+    for value, ir in group:
+        lits = _literals(ir.rest)
+        entries += [F.lit(value), F.struct(*[literal_column(n).alias(f"p{i}")
+                                            for i, n in enumerate(lits)])]  # fmt: skip
+    params = F.element_at(F.create_map(*entries), key) if slots else None
+    token = PARAMETERS.set({id(n): params[f"p{i}"] for i, n in enumerate(slots)} if slots else {})
+    try:
+        code = first.rule.code_column(first.rest)
+    finally:
+        PARAMETERS.reset(token)
+    if params is None:
+        return F.when(key.isin([v for v, _ in group]), code)
+    return F.when(params.isNotNull(), code)

@@ -12,6 +12,7 @@ Numbers compare as the contract's decimal type:
 
 from __future__ import annotations
 
+import contextvars
 import functools
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
@@ -162,8 +163,21 @@ def value(node: A.Node) -> Column:
     raise TypeError(f"not a static value: {type(node).__name__}")  # the checker forbids it
 
 
+# Literal node id -> Column holding its value per row (see fastpath: rules that differ only
+# in their literals are compiled once, their literals looked up by key).
+PARAMETERS: contextvars.ContextVar[dict[int, Any]] = contextvars.ContextVar("rule_parameters")
+
+
+def literal_column(node: A.Literal) -> Column:
+    """A literal in its own comparison category (how static comparisons use it)."""
+    return _literal_as(node, V.TYPE_CATEGORY.get(node.type, "STR"))
+
+
 def _literal_as(node: A.Literal, category: str) -> Column:
     F = _F()
+    param = PARAMETERS.get({}).get(id(node))
+    if param is not None:
+        return param
     converted = V.convert(_LITERAL_TYPES.get(node.type), node.value, category)
     if converted is None:
         return F.lit(None).cast(_SPARK_TYPES[category])

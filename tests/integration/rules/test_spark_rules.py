@@ -155,3 +155,28 @@ def test_ten_thousand_rules_compile_and_run(spark) -> None:
     df = _frame(spark, [{"kind": "ROW", "object_owner": "S7", "object_name": "T9997"},
                         {"kind": "ROW", "object_owner": "S7", "object_name": "T9996"}])
     assert [r["msg_id"] for r in pair.filter(df).collect()] == ["m0"]
+
+
+def test_many_subset_tables_share_one_compiled_form(spark) -> None:
+    reg = RuleRegistry()
+    for t in range(30):
+        admin.add_subset_rules(reg, f"hr.t{t}", f"region_id={t % 3}", "apply", "apply")
+    admin.add_subset_rules(reg, "hr.t1", "region_id=2", "apply", "apply")  # same key twice
+    rng = random.Random(11)
+    messages = []
+    for _ in range(400):
+        old, new = rng.choice([0, 1, 2, None]), rng.choice([0, 1, 2])
+        messages.append({
+            "kind": "ROW", "object_owner": "HR", "object_name": f"T{rng.randrange(32)}",
+            "command_type": rng.choice(["INSERT", "UPDATE", "DELETE"]),
+            "old_values": {"REGION_ID": lcr.encode_value(old, "INTEGER")},
+            "new_values": {"REGION_ID": lcr.encode_value(new)},
+        })  # fmt: skip
+    pair = reg.client("apply")
+    expected = {}
+    for i, m in enumerate(messages):
+        ok, out = pair.evaluate(m)
+        if ok:
+            expected[f"m{i}"] = out["command_type"]
+    got = {r["msg_id"]: r["command_type"] for r in pair.filter(_frame(spark, messages)).collect()}
+    assert got == expected and len(got) > 50
