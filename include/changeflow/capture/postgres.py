@@ -100,7 +100,7 @@ def _filter(
         raise ConfigError("a capture with rule sets needs a SparkSession (rules run in Spark)")
     from changeflow import lcr
 
-    df = spark.createDataFrame(table.to_pandas(), schema=lcr.spark_schema())
+    df = spark.createDataFrame(table, schema=lcr.spark_schema())
     return rule_filter(df).toArrow()
 
 
