@@ -173,6 +173,21 @@ class ApplySpec(_Model):
     target: PostgresTarget | None = None
 
 
+class QualityConfig(_Model):
+    """Data-quality checks at every hop (see ``docs/quality.md``).
+
+    ``blocking`` lists the checks whose failure quarantines a batch and fails the run;
+    ``None`` means the default set (every check except ``commit_order_across_batches``).
+    Checks in ``warn_only`` only warn, whatever ``blocking`` says.
+    """
+
+    enabled: bool = True
+    blocking: list[str] | None = None
+    warn_only: list[str] = []
+    sample_rows: int = Field(default=5, ge=1, le=100)
+    data_docs_dir: str | None = Field(default=None, description="default work/data-docs")
+
+
 class PipelineConfig(_Model):
     """A whole pipeline declaration."""
 
@@ -183,6 +198,7 @@ class PipelineConfig(_Model):
     propagations: list[PropagationSpec] = []
     applies: list[ApplySpec] = []
     rules: str | None = None
+    quality: QualityConfig = QualityConfig()
     spark: dict[str, str] = {}
     source_path: str | None = None
 
@@ -279,6 +295,9 @@ def _resolve_paths(raw: dict[str, Any], base: Path) -> None:
             src["root"] = fix(src["root"])
     if isinstance(raw.get("rules"), str):
         raw["rules"] = fix(raw["rules"])
+    quality = raw.get("quality")
+    if isinstance(quality, dict) and isinstance(quality.get("data_docs_dir"), str):
+        quality["data_docs_dir"] = fix(quality["data_docs_dir"])
 
 
 def load_config(path: str | os.PathLike[str]) -> PipelineConfig:

@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING
 
 from sqlalchemy import select
 
+from changeflow import quality
 from changeflow.apply.target import FileEntry, TargetCatalog, TargetTable, compact, write_files
 from changeflow.config import ApplySpec, PipelineConfig
 from changeflow.errors import TargetError
@@ -162,6 +163,8 @@ def apply_once(
     try:
         with qio.guard(batches):
             written = _write_tables(spark, catalog, spec, changes)
+        quality.check_target(spark, cfg, stage=f"apply:{name}", catalog=catalog,
+                             written=written, changes=changes)
         with rt.store.begin() as conn:
             for table, files, _ in written:
                 catalog.commit(conn, table, files)

@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING
 
 from sqlalchemy import select
 
-from changeflow import fs, lcr, values
+from changeflow import fs, lcr, quality, values
 from changeflow.config import CaptureSpec, PipelineConfig, SnapshotSource, SnapshotTable
 from changeflow.errors import SchemaMismatchError
 from changeflow.queues import io as qio
@@ -214,6 +214,7 @@ def capture_snapshot(
         lcrs = rule_filter(lcrs)  # type: ignore[operator]
     batch = qio.write_batch(spark, rt.catalog, queue, lcrs, producer=f"capture:{spec.name}",
                             dedup_key=dedup)
+    quality.check_batch(spark, cfg, stage=f"capture:{spec.name}", batch=batch, queue=spec.queue)
     with rt.store.begin() as conn:
         if batch is not None and rt.catalog.commit_batch(queue, batch, conn) is None:
             fs.delete(spark, batch.path)

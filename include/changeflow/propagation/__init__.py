@@ -24,7 +24,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from changeflow import fs
+from changeflow import fs, quality
 from changeflow.config import PipelineConfig, PropagationSpec
 from changeflow.queues import io as qio
 from changeflow.sites import consumer_name, open_pipeline, queue_site
@@ -94,6 +94,7 @@ def propagate_once(
     result.batches_read = len(batches)
     result.messages_read = sum(b.n_messages for b in batches)
     df = qio.read_batches(spark, batches)
+    df, entered = quality.observe_input(df, name)
     if rule_filter is not None:
         df = rule_filter(df)
     with qio.guard(batches):
@@ -102,6 +103,9 @@ def propagate_once(
             dedup_key=f"{producer}:{last}", source_last_seq=last,
         )
     if new is not None:
+        quality.check_batch(spark, cfg, stage=producer, batch=new, queue=spec.destination_queue,
+                            counters=quality.hop_counters(result.messages_read, entered,
+                                                          new.n_messages))
         seq = dst_rt.catalog.commit_batch(dst_q, new)
         if seq is None:  # a previous attempt committed this range already
             fs.delete(spark, new.path)

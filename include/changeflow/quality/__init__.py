@@ -1,0 +1,49 @@
+"""Data-quality checks with Great Expectations at every hop (see ``docs/quality.md``).
+
+The stages call one function each, between writing their output and committing it:
+
+* captures and propagations: :func:`check_batch` on the written, uncommitted batch
+  (propagations also pass their :class:`HopCounters`, built with
+  :func:`observe_input` and :func:`hop_counters`);
+* applies: :func:`check_target` on the written, uncommitted delta files.
+
+A blocking failure quarantines the data and raises :class:`QualityError`; other
+failures log a warning. Every validation is persisted (:mod:`changeflow.quality.results`)
+and rendered by :func:`build_data_docs`.
+"""
+
+from __future__ import annotations
+
+from changeflow.quality.batch import (
+    HopCounters,
+    check_batch,
+    check_hop,
+    hop_counters,
+    observe_input,
+)
+from changeflow.quality.policy import QualityError, QualityReport, blocking_policy
+from changeflow.quality.target import check_target
+
+__all__ = [
+    "HopCounters",
+    "QualityError",
+    "QualityReport",
+    "blocking_policy",
+    "build_data_docs",
+    "check_batch",
+    "check_hop",
+    "check_target",
+    "hop_counters",
+    "observe_input",
+]
+
+
+def build_data_docs(cfg: object, out_dir: str | None = None) -> str:
+    """Render every persisted validation of a pipeline as GX Data Docs.
+
+    Returns:
+        The path of the docs' ``index.html``.
+    """
+    from changeflow.quality.docs import build
+
+    return build(cfg, out_dir)  # type: ignore[arg-type]

@@ -1,0 +1,179 @@
+"""Checking an LCR batch that is written but not yet committed to its queue.
+
+:func:`check_batch` runs between :func:`changeflow.queues.io.write_batch` and
+:meth:`~changeflow.queues.catalog.QueueCatalog.commit_batch`. It reads the batch
+once with a pruned schema, caches the narrow facts, validates the ``lcr_messages``
+and ``lcr_transactions`` suites (and ``hop_reconciliation`` when the stage passes its
+counters), persists the result, and either returns (passed or warned) or quarantines
+the batch and raises :class:`~changeflow.quality.policy.QualityError`.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from changeflow.config import PipelineConfig
+from changeflow.quality import facts, quarantine, results
+from changeflow.quality.policy import QualityError, QualityReport, blocking_policy, log_warnings
+from changeflow.quality.validator import SuiteRun, validate
+from changeflow.queues.catalog import NewBatch
+from changeflow.sites import SiteRuntime, queue_site
+
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame, Observation, SparkSession
+
+SAMPLE_COLUMNS = ("msg_id", "kind", "command_type", "object_owner", "object_name",
+                  "source_database_name", "transaction_id", "commit_scn", "position")
+
+
+@dataclass(frozen=True)
+class HopCounters:
+    """A hop's own counters.
+
+    Attributes:
+        read: messages the stage read (the source batches' catalog counts).
+        propagated: messages it wrote to the destination batch.
+        discarded: messages its rule sets discarded.
+    """
+
+    read: int
+    propagated: int
+    discarded: int
+
+
+def observe_input(df: DataFrame, name: str) -> tuple[DataFrame, Observation]:
+    """Count the rows entering a stage's rule filter, during the stage's own write.
+
+    Returns:
+        The DataFrame to filter, and the observation to pass to :func:`hop_counters`
+        once the batch is written.
+    """
+    from pyspark.sql import Observation
+    from pyspark.sql import functions as F
+
+    obs = Observation(f"quality_in_{name}_{time.monotonic_ns()}")
+    return df.observe(obs, F.count(F.lit(1)).alias("n")), obs
+
+
+def hop_counters(read: int, observed: Observation, propagated: int) -> HopCounters:
+    """The counters of a hop whose write has finished (discarded = entered − written)."""
+    entered = int((observed.get or {}).get("n") or 0)
+    return HopCounters(read=read, propagated=propagated, discarded=entered - propagated)
+
+
+def check_batch(
+    spark: SparkSession, cfg: PipelineConfig, *, stage: str, batch: NewBatch | None,
+    queue: str, counters: HopCounters | None = None,
+) -> QualityReport | None:
+    """Validate a written, uncommitted batch of ``queue``; quarantine it if it fails.
+
+    A no-op (returns ``None``) when quality is disabled or there is no batch.
+
+    Args:
+        spark: the session.
+        cfg: the pipeline (its ``quality:`` section decides what blocks).
+        stage: who wrote the batch, e.g. ``propagation:p12``.
+        batch: what :func:`~changeflow.queues.io.write_batch` returned.
+        queue: the queue reference, as in the configuration (``owner.name@site``).
+        counters: the stage's own counters, to reconcile the hop.
+
+    Raises:
+        QualityError: a blocking check failed; the batch was moved to quarantine.
+    """
+    if batch is None or not cfg.quality.enabled:
+        return None
+    started = time.monotonic()
+    rt, qname = queue_site(cfg, queue)
+    policy = blocking_policy(cfg)
+    report = QualityReport(stage, qname, batch.batch_id, batch.n_messages)
+    df = spark.read.schema(facts.read_schema()).parquet(batch.path)
+    msg = facts.message_facts(df).persist()
+    try:
+        report.runs.append(validate(msg, "lcr_messages", blocking=policy))
+        prior = results.prior_watermarks(rt.store, qname, batch.producer)
+        txn = facts.transaction_facts(msg, prior).persist()
+        try:
+            report.runs.append(validate(txn, "lcr_transactions", blocking=policy))
+            marks = _watermarks(txn, prior)
+            _samples(report, df, txn, cfg.quality.sample_rows)
+        finally:
+            txn.unpersist()
+    finally:
+        msg.unpersist()
+    if counters is not None:
+        report.runs.append(check_hop(spark, counters, policy))
+    return _finish(spark, rt, report, batch, marks, started)
+
+
+def check_hop(spark: SparkSession, counters: HopCounters, policy: Any = None) -> SuiteRun:
+    """Validate a hop's counters: read = propagated + discarded (one-row suite)."""
+    row = [(counters.read, counters.propagated, counters.discarded,
+            counters.propagated + counters.discarded)]
+    df = spark.createDataFrame(row, "messages_read long, messages_propagated long, "
+                                    "messages_discarded long, messages_accounted long")
+    run = validate(df, "hop_reconciliation", blocking=policy)
+    for c in run.results:
+        if not c.success:
+            c.samples = [dict(zip(df.columns, row[0], strict=True))]
+    return run
+
+
+def _finish(spark: SparkSession, rt: SiteRuntime, report: QualityReport, batch: NewBatch,
+            marks: dict[str, int], started: float) -> QualityReport:
+    qname = report.subject
+    report.seconds = time.monotonic() - started
+    if report.status == "failed":
+        dest = quarantine.batch_location(rt.spec.staging_root, qname, batch.path)
+        report.quarantine_path = dest
+        quarantine.quarantine(spark, batch.path, dest, report.to_dict())
+    report.result_id = results.record(
+        rt.store, stage=report.stage, subject=qname, producer=batch.producer,
+        batch_id=batch.batch_id, status=report.status, n_rows=report.n_rows,
+        seconds=report.seconds, checks=[c.to_dict() for c in report.checks],
+        gx=[r.gx_result for r in report.runs], watermarks=marks,
+        quarantine_path=report.quarantine_path,
+    )
+    if report.status == "failed":
+        raise QualityError(report)
+    log_warnings(report)
+    return report
+
+
+def _watermarks(txn: DataFrame, prior: dict[str, int]) -> dict[str, int]:
+    """Per source, the highest commit position seen so far by this producer in this queue."""
+    from pyspark.sql import functions as F
+
+    marks = dict(prior)
+    for r in txn.groupBy("source_database_name").agg(F.max("max_scn").alias("m")).collect():
+        if r.m is not None:
+            marks[r.source_database_name] = max(int(r.m), marks.get(r.source_database_name, 0))
+    return marks
+
+
+def _samples(report: QualityReport, batch: DataFrame, txn: DataFrame, k: int) -> None:
+    """Attach sample offending rows to each failed check (only runs on failure)."""
+    from pyspark.sql import functions as F
+
+    for check in report.checks:
+        if check.success:
+            continue
+        if check.check == "unique_msg_id":
+            dups = batch.groupBy("msg_id").count().where("count > 1").limit(k)
+            rows = batch.join(dups.select("msg_id"), "msg_id").select(*SAMPLE_COLUMNS)
+            check.samples = _rows(rows.limit(k))
+            if not check.samples:  # a 64-bit hash collision, not a duplicate id
+                check.success = True
+        elif check.check in facts.MESSAGE_CHECKS:
+            flagged = facts.message_facts(batch, keep=SAMPLE_COLUMNS)
+            check.samples = _rows(flagged.where(~F.col(check.check)).select(*SAMPLE_COLUMNS)
+                                  .limit(k))
+        elif check.check in facts.TRANSACTION_CHECKS:
+            cols = ["source_database_name", "transaction_id", "n", "min_scn", "max_scn",
+                    "min_time", "max_time", "prev_scn", "prior_scn"]
+            check.samples = _rows(txn.where(~F.col(check.check)).select(*cols).limit(k))
+
+
+def _rows(df: DataFrame) -> list[dict[str, Any]]:
+    return [r.asDict() for r in df.collect()]
