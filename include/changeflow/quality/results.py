@@ -91,6 +91,12 @@ def record(store: StateStore, **values: Any) -> int:
             are given as Python objects and stored as JSON.
     """
     ensure(store)
+    gx = values.get("gx", [])
+    for r in gx:  # let Data Docs name the stage and batch of each GX result
+        r.setdefault("meta", {})["changeflow"] = {
+            "stage": values["stage"], "subject": values["subject"],
+            "batch_id": values.get("batch_id"),
+        }
     row = {
         "stage": values["stage"],
         "subject": values["subject"],
@@ -100,7 +106,7 @@ def record(store: StateStore, **values: Any) -> int:
         "n_rows": values.get("n_rows"),
         "seconds": f"{values.get('seconds', 0.0):.3f}",
         "checks_json": json.dumps(values["checks"], default=str),
-        "gx_json": json.dumps(values.get("gx", []), default=str),
+        "gx_json": json.dumps(gx, default=str),
         "watermarks_json": json.dumps(values.get("watermarks") or {}),
         "quarantine_path": values.get("quarantine_path"),
         "created_at": utcnow(),

@@ -100,10 +100,7 @@ def suite_names() -> list[str]:
 
 @cache
 def context() -> Any:
-    """The process's ephemeral GX context, usage statistics off, with a Spark source.
-
-    GX reuses the active SparkSession (it never builds its own when one is running).
-    """
+    """The process's ephemeral GX context, with usage statistics off."""
     os.environ["GX_ANALYTICS_ENABLED"] = "false"
     import great_expectations as gx
     from great_expectations.data_context.types.base import (
@@ -115,11 +112,18 @@ def context() -> Any:
         store_backend_defaults=InMemoryStoreBackendDefaults(),
         analytics_enabled=False,
     )
-    ctx = gx.get_context(project_config=config, mode="ephemeral")
-    # persist=False: the caller caches the (narrow) facts itself; GX must not cache
-    # whatever it is given, which may be a 5-million-row batch.
-    ctx.data_sources.add_spark("changeflow", persist=False)
-    return ctx
+    return gx.get_context(project_config=config, mode="ephemeral")
+
+
+@cache
+def spark_source() -> Any:
+    """The context's Spark data source.
+
+    GX reuses the active SparkSession (it never builds its own when one is running).
+    ``persist=False``: the caller caches the narrow facts itself; GX must not cache
+    whatever it is given, which may be a 5-million-row batch.
+    """
+    return context().data_sources.add_spark("changeflow", persist=False)
 
 
 def build_suite(name: str, only: set[str] | None = None) -> Any:
@@ -134,7 +138,7 @@ def build_suite(name: str, only: set[str] | None = None) -> Any:
 def _run(df: DataFrame, suite: Any, result_format: str) -> Any:
     with _lock:
         _counter[0] += 1
-        ds = context().data_sources.get("changeflow")
+        ds = spark_source()
         asset = ds.add_dataframe_asset(f"asset_{_counter[0]}")
     batch = asset.add_batch_definition_whole_dataframe("whole").get_batch(
         batch_parameters={"dataframe": df}
