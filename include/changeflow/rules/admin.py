@@ -103,7 +103,7 @@ def _lcr_rules(
     opts: dict,
     target: tuple[Client, RuleSet],
 ) -> AdminResult:
-    specs = []
+    specs: list[tuple[str, str, dict[str, str], str]] = []
     base = name or owner or target[0].name.upper()
     for var, wanted in (("dml", opts["include_dml"]), ("ddl", opts["include_ddl"])):
         if not wanted:
@@ -272,7 +272,8 @@ def _message(
     inclusion_rule: bool,
 ) -> AdminResult:
     condition = tpl.message_condition(rule_condition, f"VAR$_{reg.next_id()}")
-    spec = (reg.unique_rule_name(tpl.rule_base(message_type)), condition, {}, "MESSAGE")
+    name = reg.unique_rule_name(tpl.rule_base(message_type))
+    spec: tuple[str, str, dict[str, str], str] = (name, condition, {}, "MESSAGE")
     return _create(reg, target, inclusion_rule, [spec], message_type=message_type.upper())
 
 

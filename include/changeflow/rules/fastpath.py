@@ -320,7 +320,8 @@ def _shape_code(key: Any, group: list[tuple[str, IndexedRule]]) -> Any:
         entries += [F.lit(value), F.struct(*[literal_column(n).alias(f"p{i}")
                                             for i, n in enumerate(lits)])]  # fmt: skip
     params = F.element_at(F.create_map(*entries), key) if slots else None
-    token = PARAMETERS.set({id(n): params[f"p{i}"] for i, n in enumerate(slots)} if slots else {})
+    mapping = {id(n): params[f"p{i}"] for i, n in enumerate(slots)} if params is not None else {}
+    token = PARAMETERS.set(mapping)
     try:
         code = first.rule.code_column(first.rest)
     finally:

@@ -241,10 +241,10 @@ class _Parser:
             return A.Literal(_hex(self, arg), A.RAW, pos=tok.offset)
         if name in A.SCALAR_FUNCTIONS:
             self.nest()
-            arg = self.primary()
+            value = self.primary()
             self.depth -= 1
             self.expect(T.RPAREN, "')'")
-            return A.Func(name, arg, pos=tok.offset)
+            return A.Func(name, value, pos=tok.offset)
         known = ", ".join(("HEXTORAW", *A.SCALAR_FUNCTIONS))
         raise self.error(f"unknown function {tok.text}(); known functions: {known}", tok)
 

@@ -80,7 +80,7 @@ def compare(op: str, left: A.Node, right: A.Node) -> Column:
     if A.NULL in (static_type(left), static_type(right)):
         return F.lit(None).cast("boolean")
     if ldyn and rdyn:
-        lv, rv = _payload(left), _payload(right)
+        lv, rv = _payload(left), _payload(right)  # type: ignore[arg-type]
         branches = [
             (_category(lv) == c, fn(_dynamic(lv, c), _dynamic(rv, c))) for c in _CATS
         ]
@@ -237,6 +237,7 @@ def _category(v: Column) -> Column:
     for type_name, cat in V.CATEGORIES.items():
         cond = v["type"] == type_name
         expr = F.when(cond, F.lit(cat)) if expr is None else expr.when(cond, F.lit(cat))
+    assert expr is not None
     return expr
 
 
