@@ -37,12 +37,17 @@ def resolve_url(spec: Any) -> str:
         if not url:
             raise ConfigError(f"environment variable {spec.url_env} (url_env) is not set")
         return url
-    try:
-        from airflow.hooks.base import BaseHook
-    except ImportError as exc:  # pragma: no cover - depends on the installation
-        raise ConfigError(f"conn_id {spec.conn_id!r} needs Airflow, which is not installed") \
-            from exc
-    return str(BaseHook.get_connection(spec.conn_id).get_uri())
+    import importlib
+
+    for module in ("airflow.sdk", "airflow.hooks.base"):  # Airflow 3, then Airflow 2
+        try:
+            hook = importlib.import_module(module).BaseHook
+            break
+        except (ImportError, AttributeError):
+            continue
+    else:
+        raise ConfigError(f"conn_id {spec.conn_id!r} needs Airflow, which is not installed")
+    return str(hook.get_connection(spec.conn_id).get_uri())
 
 
 def redact(url: str) -> str:

@@ -66,8 +66,19 @@ class PgCaptureResult:
         return self.messages / self.seconds if self.seconds else 0.0
 
 
+def pg_source(spec: CaptureSpec) -> PostgresSource:
+    """The capture's PostgreSQL source.
+
+    Raises:
+        ConfigError: the capture has another kind of source.
+    """
+    if not isinstance(spec.source, PostgresSource):
+        raise ConfigError(f"capture {spec.name!r} does not have a postgres source")
+    return spec.source
+
+
 def _progress_key(spec: CaptureSpec) -> tuple[str, str]:
-    return spec.name, f"slot:{spec.source.slot}"
+    return spec.name, f"slot:{pg_source(spec).slot}"
 
 
 def recorded_position(rt: SiteRuntime, spec: CaptureSpec) -> int | None:
@@ -132,7 +143,7 @@ def capture_step(
     rule_filter: RuleFilter | None = None,
 ) -> int:
     """Peek, enqueue and acknowledge one batch. Returns how many rows the slot gave."""
-    src: PostgresSource = spec.source
+    src = pg_source(spec)
     rows = reader.peek(src.batch_changes)
     if not rows:
         return 0
@@ -150,7 +161,7 @@ def _capture_rows(
     result: PgCaptureResult, rows: list[tuple[str, str, str]],
     spark: SparkSession | None, rule_filter: RuleFilter | None,
 ) -> int:
-    src: PostgresSource = spec.source
+    src = pg_source(spec)
     done = recorded_position(rt, spec) or 0
     builder = pg_decode.LcrBuilder(src.database, reader.key_columns)
     last = done
@@ -209,15 +220,13 @@ def run_pg_capture(
     started = time.monotonic()
     open_pipeline(cfg)
     spec: CaptureSpec = cfg.component("capture", name)
-    if not isinstance(spec.source, PostgresSource):
-        raise ConfigError(f"capture {name!r} does not have a postgres source",
-                          file=cfg.source_path)
+    source = pg_source(spec)
     rt, queue = queue_site(cfg, spec.queue)
     result = PgCaptureResult(name)
-    url = resolve_url(spec.source)
+    url = resolve_url(source)
     with connect(url, application_name=f"changeflow-capture-{name}",
                  attempts=connect_attempts) as conn:
-        reader = SlotReader(conn, spec.source, name)
+        reader = SlotReader(conn, source, name)
         reader.lock(busy_wait)
         reader.open(recorded_position(rt, spec))
         while max_batches is None or result.batches < max_batches:
