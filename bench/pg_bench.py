@@ -19,6 +19,7 @@ Run it alone with ``python -m bench.pg_bench [small|full]``.
 from __future__ import annotations
 
 import json
+import shutil
 import statistics
 import sys
 import tempfile
@@ -117,6 +118,7 @@ def run(spark: Any, scale: str = "small") -> list[dict[str, Any]]:
         lags = _lag_run(pg, cfg, max(params["seconds"] // 2, 10))
     finally:
         pg.stop()
+        shutil.rmtree(root, ignore_errors=True)
     common = {"pgbench_scale": params["scale"], "pgbench_seconds": params["seconds"]}
     lag = {"p50_s": round(statistics.median(lags), 3) if lags else None,
            "max_s": round(max(lags), 3) if lags else None, "samples": len(lags),
