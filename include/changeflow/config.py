@@ -300,6 +300,23 @@ def _resolve_paths(raw: dict[str, Any], base: Path) -> None:
         quality["data_docs_dir"] = fix(quality["data_docs_dir"])
 
 
+def _file_path(raw: Any, loc: tuple[Any, ...]) -> list[Any]:
+    """The key path as written in the file: drop the tags pydantic adds for unions."""
+    out: list[Any] = []
+    node = raw
+    for part in loc:
+        if isinstance(node, dict) and part not in node and node.get("type") == part:
+            continue
+        out.append(part)
+        if isinstance(node, dict):
+            node = node.get(part)
+        elif isinstance(node, list) and isinstance(part, int) and part < len(node):
+            node = node[part]
+        else:
+            node = None
+    return out
+
+
 def load_config(path: str | os.PathLike[str]) -> PipelineConfig:
     """Load and validate a pipeline configuration file.
 
@@ -324,7 +341,7 @@ def load_config(path: str | os.PathLike[str]) -> PipelineConfig:
         return PipelineConfig.model_validate(raw)
     except ValidationError as exc:
         err = exc.errors()[0]
-        key = ".".join(str(p) for p in err["loc"])
+        key = ".".join(str(p) for p in _file_path(raw, err["loc"]))
         msg = err["msg"].removeprefix("Value error, ")
         if not key and ": " in msg:
             key, msg = msg.split(": ", 1)

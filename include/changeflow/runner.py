@@ -13,8 +13,9 @@ import sys
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
+from changeflow.clients import check_references
 from changeflow.config import PipelineConfig, load_config
-from changeflow.errors import ChangeflowError, ConfigError
+from changeflow.errors import ChangeflowError
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -26,21 +27,10 @@ KINDS = ("capture", "propagation", "apply", "verify")
 def rule_filter_for(
     cfg: PipelineConfig, kind: str, name: str
 ) -> Callable[[DataFrame], DataFrame] | None:
-    """The rule-set filter of a client, or None when it has no rule set.
+    """The rule-set filter of a client, or None when it has no rule set."""
+    from changeflow.clients import rule_filter
 
-    Raises:
-        ConfigError: the client names rule sets but the configuration has no rules file.
-    """
-    spec = cfg.component(kind, name)
-    refs = spec.rule_sets
-    if refs.positive is None and refs.negative is None:
-        return None
-    if not cfg.rules:
-        raise ConfigError(f"{kind} {name} names rule sets but no 'rules' file is configured",
-                          file=cfg.source_path, key="rules")
-    from changeflow.rules.wiring import client_filter  # the rules engine
-
-    return client_filter(cfg.rules, positive=refs.positive, negative=refs.negative)
+    return rule_filter(cfg, kind, name)
 
 
 def run_component(spark: SparkSession, cfg: PipelineConfig, kind: str, name: str) -> Any:
@@ -78,6 +68,7 @@ def main(kind: str, argv: Sequence[str] | None = None) -> int:
     try:
         cfg = load_config(args.config)
         cfg.component(kind if kind != "verify" else "apply", args.name)
+        check_references(cfg)
         from changeflow.spark import get_session
 
         spark = get_session(f"changeflow-{kind}-{args.name}")

@@ -77,15 +77,16 @@ def table_columns(changes: DataFrame) -> dict[str, tuple[list[str], list[tuple[s
     """Per target table: key columns and (column, logical type), from the LCRs themselves."""
     from pyspark.sql import functions as F
 
+    # Columns keep the order in which the source listed them (the maps keep insertion order).
     entries = changes.select(
         "object_owner", "object_name", "key_columns",
-        F.explode(F.map_entries(F.coalesce("new_values", "old_values"))).alias("e"),
-    ).select(
+        F.posexplode(F.map_entries(F.coalesce("new_values", "old_values"))).alias("pos", "e"),
+    ).groupBy(
         "object_owner", "object_name", "key_columns",
         F.col("e.key").alias("col"), F.col("e.value.type").alias("type"),
-    ).distinct().collect()
+    ).agg(F.min("pos").alias("pos")).collect()
     out: dict[str, tuple[list[str], list[tuple[str, str]]]] = {}
-    for r in sorted(entries, key=lambda r: (r.object_owner, r.object_name, r.col)):
+    for r in sorted(entries, key=lambda r: (r.object_owner, r.object_name, r.pos, r.col)):
         name = f"{r.object_owner}.{r.object_name}".lower()
         keys, cols = out.setdefault(name, ([k.lower() for k in (r.key_columns or [])], []))
         if not keys and r.key_columns:

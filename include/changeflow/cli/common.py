@@ -28,8 +28,12 @@ def json_option(f: Callable[..., Any]) -> Callable[..., Any]:
 
 def load(config_path: str) -> PipelineConfig:
     """Load a configuration, turning errors into a clean CLI failure."""
+    from changeflow.clients import check_references
+
     try:
-        return load_config(config_path)
+        cfg = load_config(config_path)
+        check_references(cfg)
+        return cfg
     except ChangeflowError as exc:
         raise click.ClickException(str(exc)) from exc
 

@@ -55,6 +55,9 @@ queue_batches = Table(
     Column("source_last_seq", BigInteger),
     Column("created_at", DateTime(timezone=True), nullable=False),
     UniqueConstraint("queue", "dedup_key", name="uq_batch_dedup"),
+    # Sequence numbers must never be reused after a purge, or a consumer whose position
+    # is past a reused number would skip the new batch: AUTOINCREMENT on SQLite.
+    sqlite_autoincrement=True,
 )
 
 queue_consumers = Table(

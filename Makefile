@@ -1,0 +1,55 @@
+# changeflow: the two commands of the README are `make demo` and `make test`.
+SHELL := /bin/bash
+ROOT := $(abspath .)
+VENV := $(ROOT)/.venv
+PY := $(VENV)/bin/python
+ENV := $(ROOT)/scripts/env.sh
+STAMP := $(VENV)/.installed
+PYTHON ?= python3
+
+.PHONY: setup demo test test-fast bench airflow lint typecheck render clean system-deps
+
+## setup: system packages, the virtualenv with pinned requirements, the package itself
+setup: $(STAMP)
+
+$(STAMP): requirements.txt pyproject.toml scripts/system-deps.sh
+	bash scripts/system-deps.sh
+	test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install --quiet --upgrade pip
+	$(PY) -m pip install --quiet -r requirements.txt
+	# pyspark-client shares files with pyspark: reinstall full pyspark last (same version).
+	$(PY) -m pip install --quiet --no-deps --force-reinstall "pyspark==$$(grep -E '^pyspark==' requirements.txt | cut -d= -f3)"
+	$(PY) -m pip install --quiet --no-deps -e .
+	touch $(STAMP)
+
+## demo: generate HR data and run the demo pipeline end to end through Airflow
+demo: setup
+	$(ENV) bash scripts/demo.sh
+
+## test: the whole test suite
+test: setup
+	$(ENV) $(PY) -m pytest -q tests
+
+test-fast: setup
+	$(ENV) $(PY) -m pytest -q tests -m "not slow and not airflow and not postgres"
+
+## bench: benchmarks; results in bench-results.json
+bench: setup
+	$(ENV) $(PY) -m bench $(BENCH_ARGS)
+
+## airflow: Airflow standalone (scheduler, API server, UI on localhost:8080)
+airflow: setup
+	$(ENV) bash scripts/airflow.sh
+
+## render: regenerate the demo DAG file from config/demo.yaml
+render: setup
+	$(ENV) changeflow dags render --config config/demo.yaml --pipeline demo --verify apply_dbs2
+
+lint: setup
+	$(VENV)/bin/ruff check include tests dags jobs plugins bench
+
+typecheck: setup
+	$(VENV)/bin/mypy include/changeflow
+
+clean:
+	rm -rf work bench-results.json

@@ -1,0 +1,1 @@
+"""Airflow integration: DAG factory, spark-submit specs, DAG rendering and the plugin."""

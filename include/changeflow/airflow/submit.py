@@ -1,0 +1,67 @@
+"""The spark-submit side of a changeflow job, as a small typed spec.
+
+:func:`operator_kwargs` is pure: the same spec always gives the same keyword
+arguments for ``SparkSubmitOperator``; tests check them (and the argv the provider's
+hook builds from them) by exact equality.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+DEFAULT_CONF: dict[str, str] = {
+    "spark.sql.session.timeZone": "UTC",
+    "spark.sql.shuffle.partitions": "4",
+    "spark.ui.enabled": "false",
+}
+
+
+@dataclass(frozen=True)
+class SparkJobSpec:
+    """What to submit: one run of one pipeline component.
+
+    Attributes:
+        kind: capture, propagation, apply or verify.
+        name: the component's name in the configuration.
+        config: path of the pipeline configuration file.
+        jobs_dir: directory holding ``jobs/<kind>.py``.
+        conn_id: the Airflow Spark connection (its host is the master).
+        conf: extra Spark properties, merged over :data:`DEFAULT_CONF`.
+        driver_memory: the driver's memory.
+    """
+
+    kind: str
+    name: str
+    config: str
+    jobs_dir: str
+    conn_id: str = "spark_default"
+    conf: dict[str, str] = field(default_factory=dict)
+    driver_memory: str = "2g"
+
+
+def application(spec: SparkJobSpec) -> str:
+    """The Python file spark-submit runs.
+
+    >>> application(SparkJobSpec("capture", "c", "p.yaml", "/repo/jobs"))
+    '/repo/jobs/capture.py'
+    """
+    return f"{spec.jobs_dir.rstrip('/')}/{spec.kind}.py"
+
+
+def operator_kwargs(spec: SparkJobSpec) -> dict[str, Any]:
+    """Keyword arguments for ``SparkSubmitOperator`` (without ``task_id``).
+
+    >>> kw = operator_kwargs(SparkJobSpec("apply", "a1", "/c.yaml", "/repo/jobs"))
+    >>> kw["application_args"]
+    ['--config', '/c.yaml', '--name', 'a1']
+    """
+    return {
+        "application": application(spec),
+        "application_args": ["--config", spec.config, "--name", spec.name],
+        "conn_id": spec.conn_id,
+        "name": f"changeflow-{spec.kind}-{spec.name}",
+        "conf": {**DEFAULT_CONF, **spec.conf},
+        "driver_memory": spec.driver_memory,
+        "verbose": False,
+    }
