@@ -157,6 +157,7 @@ def _samples(report: QualityReport, batch: DataFrame, txn: DataFrame, k: int) ->
     from pyspark.sql import functions as F
 
     for check in report.checks:
+        column = check.kwargs.get("column")
         if check.success:
             continue
         if check.check == "unique_msg_id":
@@ -165,14 +166,14 @@ def _samples(report: QualityReport, batch: DataFrame, txn: DataFrame, k: int) ->
             check.samples = _rows(rows.limit(k))
             if not check.samples:  # a 64-bit hash collision, not a duplicate id
                 check.success = True
-        elif check.check in facts.MESSAGE_CHECKS:
+        elif column in facts.MESSAGE_CHECKS:
             flagged = facts.message_facts(batch, keep=SAMPLE_COLUMNS)
-            check.samples = _rows(flagged.where(~F.col(check.check)).select(*SAMPLE_COLUMNS)
+            check.samples = _rows(flagged.where(~F.col(column)).select(*SAMPLE_COLUMNS)
                                   .limit(k))
-        elif check.check in facts.TRANSACTION_CHECKS:
+        elif column in facts.TRANSACTION_CHECKS:
             cols = ["source_database_name", "transaction_id", "n", "min_scn", "max_scn",
                     "min_time", "max_time", "prev_scn", "prior_scn"]
-            check.samples = _rows(txn.where(~F.col(check.check)).select(*cols).limit(k))
+            check.samples = _rows(txn.where(~F.col(column)).select(*cols).limit(k))
 
 
 def _rows(df: DataFrame) -> list[dict[str, Any]]:

@@ -106,11 +106,13 @@ def context() -> Any:
     from great_expectations.data_context.types.base import (
         DataContextConfig,
         InMemoryStoreBackendDefaults,
+        ProgressBarsConfig,
     )
 
     config = DataContextConfig(
         store_backend_defaults=InMemoryStoreBackendDefaults(),
         analytics_enabled=False,
+        progress_bars=ProgressBarsConfig(globally=False),
     )
     return gx.get_context(project_config=config, mode="ephemeral")
 
