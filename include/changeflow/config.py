@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import os
 import re
+from datetime import datetime
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
@@ -153,6 +154,41 @@ class CaptureSpec(_Model):
     rule_sets: RuleSetRef = RuleSetRef()
 
 
+class ScheduleConfig(_Model):
+    """A propagation's schedule (see ``docs/schedules.md``); the defaults are seed 001's.
+
+    ``start`` None means now (when the schedule is created); ``duration`` None is one
+    infinite window; ``next_time`` None restarts as soon as a window ends. Seconds.
+    """
+
+    start: datetime | None = None
+    duration: float | None = Field(default=None, gt=0)
+    next_time: float | None = Field(default=None, gt=0)
+    latency: float = Field(default=3.0, ge=0)
+    enabled: bool = True
+
+
+class EmailAlerts(_Model):
+    """Alert emails through an SMTP server; credentials come from the environment."""
+
+    host: str
+    port: int = 25
+    sender: str = "changeflow@localhost"
+    to: list[str] = Field(min_length=1)
+    starttls: bool = False
+    username_env: str | None = None
+    password_env: str | None = None
+
+
+class AlertsConfig(_Model):
+    """Where schedule alerts go: email, a generic webhook, Slack via Airflow's notifier."""
+
+    email: EmailAlerts | None = None
+    webhook_url: str | None = None
+    slack_conn_id: str | None = None
+    timeout: float = Field(default=10.0, gt=0)
+
+
 class PropagationSpec(_Model):
     """A propagation from a source queue to a destination queue (``owner.name@site``)."""
 
@@ -160,6 +196,7 @@ class PropagationSpec(_Model):
     source_queue: str
     destination_queue: str
     rule_sets: RuleSetRef = RuleSetRef()
+    schedule: ScheduleConfig = ScheduleConfig()
 
 
 class ApplySpec(_Model):
@@ -199,6 +236,7 @@ class PipelineConfig(_Model):
     applies: list[ApplySpec] = []
     rules: str | None = None
     quality: QualityConfig = QualityConfig()
+    alerts: AlertsConfig = AlertsConfig()
     spark: dict[str, str] = {}
     source_path: str | None = None
 
