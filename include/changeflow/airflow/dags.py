@@ -43,18 +43,24 @@ def component_dag(kind: str, name: str, spec: dict[str, Any], root: Path) -> Any
     from airflow.sdk import DAG
 
     dag_id = f"changeflow_{spec['pipeline']}__{kind}__{name}"
+    sched = spec.get("schedules", {}).get(name) if kind == "propagation" else None
+    if sched is not None:  # one run per propagation window (see changeflow.schedules)
+        from changeflow.schedules import airflow_ops
     with DAG(
         dag_id=dag_id,
         description=f"changeflow {kind} {name} ({spec['config']})",
         doc_md=f"Runs the {kind} **{name}** of `{spec['config']}` once per run.",
         start_date=START,
-        schedule=None,
+        schedule=airflow_ops.timetable_for(sched) if sched is not None else None,
         catchup=False,
         max_active_runs=1,
         default_args=default_args(kind),
         tags=["changeflow", kind, spec["pipeline"]],
     ) as dag:
-        _task(kind, name, spec, root, task_id=kind)
+        if sched is not None:
+            airflow_ops.window_tasks(name, spec, root, dag_id)
+        else:
+            _task(kind, name, spec, root, task_id=kind)
     return dag
 
 

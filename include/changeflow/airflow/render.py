@@ -11,7 +11,7 @@ import pprint
 from pathlib import Path
 from typing import Any
 
-from changeflow.config import PipelineConfig
+from changeflow.config import PipelineConfig, ScheduleConfig
 
 TEMPLATE = '''"""changeflow pipeline `{pipeline}`, rendered from `{config}`.
 
@@ -44,7 +44,14 @@ def pipeline_spec(
             "verify": list(verify or []),
         },
         "spark": dict(cfg.spark),
+        "schedules": {p.name: schedule_literal(p.schedule) for p in cfg.propagations},
     }
+
+
+def schedule_literal(sc: ScheduleConfig) -> dict[str, Any]:
+    """A propagation's schedule as the literal its DAG's timetable is built from."""
+    return {"start": sc.start.isoformat() if sc.start else None, "duration": sc.duration,
+            "next_time": sc.next_time, "latency": sc.latency}
 
 
 def render(cfg: PipelineConfig, *, project_root: str, pipeline: str,
