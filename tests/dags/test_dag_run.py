@@ -1,0 +1,62 @@
+"""A real Airflow DAG run: `airflow dags test` of a small pipeline, every task a spark-submit."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+pytestmark = [pytest.mark.airflow, pytest.mark.slow]
+
+PIPELINE = """
+version: 1
+sites:
+  site1: {staging_root: work/s1/staging, target_root: work/s1/targets, state_url: "sqlite:///work/s1/state.db", database: DBS1.EXAMPLE.COM}
+  site2: {staging_root: work/s2/staging, target_root: work/s2/targets, state_url: "sqlite:///work/s2/state.db", database: DBS2.EXAMPLE.COM}
+queues:
+  - {name: strmadmin.streams_queue, site: site1}
+  - {name: strmadmin.streams_queue, site: site2}
+captures:
+  - name: cap
+    queue: strmadmin.streams_queue@site1
+    source: {type: snapshot, database: DBS1.EXAMPLE.COM, root: work/source, tables: [{name: hr.regions, key: [region_id]}, {name: hr.jobs, key: [job_id]}]}
+propagations:
+  - {name: p12, source_queue: strmadmin.streams_queue@site1, destination_queue: strmadmin.streams_queue@site2}
+applies:
+  - {name: ap, queue: strmadmin.streams_queue@site2, buckets: 2}
+"""
+
+
+def run(cmd: list[str], env: dict[str, str], cwd: Path) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(cmd, env=env, cwd=cwd, capture_output=True, text=True, timeout=900)
+
+
+def test_pipeline_dag_runs_end_to_end(tmp_path: Path) -> None:
+    from changeflow.demo.hr import generate
+
+    project = tmp_path / "project"
+    (project / "dags").mkdir(parents=True)
+    (project / "config").mkdir()
+    (project / "jobs").symlink_to(ROOT / "jobs")
+    (project / "config" / "p.yaml").write_text(PIPELINE.replace("work/", "../work/"))
+    generate(str(project / "work" / "source"), rounds=2, employees=20, changes=9)
+    env = {**os.environ, "AIRFLOW_HOME": str(tmp_path / "airflow"),
+           "AIRFLOW__CORE__DAGS_FOLDER": str(project / "dags"),
+           "AIRFLOW__DATABASE__SQL_ALCHEMY_CONN": f"sqlite:///{tmp_path}/airflow/airflow.db",
+           "AIRFLOW__LOGGING__BASE_LOG_FOLDER": str(tmp_path / "airflow" / "logs")}
+    bin_dir = Path(sys.executable).parent
+    changeflow, airflow = str(bin_dir / "changeflow"), str(bin_dir / "airflow")
+    r = run([changeflow, "dags", "render", "--config", "config/p.yaml", "--pipeline", "t",
+             "--verify", "ap"], env, project)
+    assert r.returncode == 0, r.stderr
+    assert run([airflow, "db", "migrate"], env, project).returncode == 0
+    r = run([airflow, "dags", "test", "changeflow_t__pipeline"], env, project)
+    out = r.stdout + r.stderr
+    assert "verification: PASSED" in out, out[-4000:]
+    assert "dag_id=changeflow_t__pipeline" in out and "state=success" in out, out[-4000:]
+    for task in ("capture__cap", "propagation__p12", "apply__ap", "verify__ap"):
+        assert f"task_id={task}" in out or task in out
