@@ -40,7 +40,12 @@ def run_component(spark: SparkSession, cfg: PipelineConfig, kind: str, name: str
 
         return verify(spark, cfg, name)
     rule_filter = rule_filter_for(cfg, kind, name)
+    spec = cfg.component(kind, name)
     if kind == "capture":
+        if spec.source.type == "postgres":
+            from changeflow.capture.postgres import run_pg_capture
+
+            return run_pg_capture(spark, cfg, name, rule_filter=rule_filter)
         from changeflow.capture.snapshot import run_capture
 
         return run_capture(spark, cfg, name, rule_filter)
@@ -48,6 +53,10 @@ def run_component(spark: SparkSession, cfg: PipelineConfig, kind: str, name: str
         from changeflow.propagation import propagate_once
 
         return propagate_once(spark, cfg, name, rule_filter=rule_filter)
+    if spec.target is not None:
+        from changeflow.apply.postgres import apply_pg_once
+
+        return apply_pg_once(spark, cfg, name, rule_filter=rule_filter)
     from changeflow.apply.engine import apply_once
 
     return apply_once(spark, cfg, name, rule_filter=rule_filter)

@@ -56,6 +56,8 @@ def verify(spark: SparkSession, cfg: PipelineConfig, apply_name: str) -> Verific
     catalog = target_catalog(cfg, spec)
     out = Verification()
     for cap in cfg.captures:
+        if cap.source.type != "snapshot":
+            continue
         for t in cap.source.tables:
             n = max(list_snapshots(spark, cap.source, t.name), default=None)
             if n is None:
