@@ -62,7 +62,9 @@ def rule_sets(cfg: PipelineConfig, kind: str, name: str) -> RuleSetPair | None:
     return None
 
 
-def rule_filter(cfg: PipelineConfig, kind: str, name: str) -> Callable[[DataFrame], DataFrame] | None:
+def rule_filter(
+    cfg: PipelineConfig, kind: str, name: str
+) -> Callable[[DataFrame], DataFrame] | None:
     """The DataFrame filter of a component's rule sets (None when it has none)."""
     pair = rule_sets(cfg, kind, name)
     if pair is None or (pair.positive is None and pair.negative is None):

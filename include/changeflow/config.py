@@ -50,7 +50,9 @@ class QueueSpec(_Model):
     name: str
     site: str
     queue_table: str | None = None
-    sort_order: Literal["commit_time", "enq_time", "priority", "priority,commit_time"] = "commit_time"
+    sort_order: Literal[
+        "commit_time", "enq_time", "priority", "priority,commit_time"
+    ] = "commit_time"
     multiple_consumers: bool = True
 
     @field_validator("name")
@@ -280,7 +282,9 @@ class PipelineConfig(_Model):
 
     def component(self, kind: str, name: str) -> Any:
         """A capture, propagation or apply by name."""
-        section = {"capture": self.captures, "propagation": self.propagations, "apply": self.applies}
+        section = {
+            "capture": self.captures, "propagation": self.propagations, "apply": self.applies
+        }
         for item in section[kind]:
             if item.name == name:
                 return item

@@ -262,7 +262,9 @@ def check_schema(actual: StructType, *, path: str | None = None) -> None:
             )
     extra = sorted(set(have) - set(FIELD_NAMES))
     if extra:
-        raise SchemaMismatchError("field is not part of the LCR contract", path=path, field=extra[0])
+        raise SchemaMismatchError(
+            "field is not part of the LCR contract", path=path, field=extra[0]
+        )
 
 
 def logical_type_of(value: Any) -> str:

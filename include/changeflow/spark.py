@@ -26,7 +26,9 @@ def get_session(app_name: str = "changeflow", *, master: str | None = None) -> S
         builder = builder.master(master or os.environ.get("CHANGEFLOW_SPARK_MASTER", "local[2]"))
     builder = (
         builder.config("spark.sql.session.timeZone", "UTC")
-        .config("spark.sql.shuffle.partitions", os.environ.get("CHANGEFLOW_SHUFFLE_PARTITIONS", "4"))
+        .config(
+            "spark.sql.shuffle.partitions", os.environ.get("CHANGEFLOW_SHUFFLE_PARTITIONS", "4")
+        )
         .config("spark.ui.enabled", "false")
         .config("spark.sql.sources.partitionOverwriteMode", "dynamic")
         .config("spark.sql.parquet.outputTimestampType", "TIMESTAMP_MICROS")

@@ -166,7 +166,8 @@ def write_snapshot(db: HrDatabase, root: str, n: int) -> None:
                       key=lambda r: tuple(str(r[k]) for k in KEYS[table]))
         path = os.path.join(root, f"hr.{table}", f"snap={n}")
         os.makedirs(path, exist_ok=True)
-        pq.write_table(pa.Table.from_pylist(rows, schema=schema), os.path.join(path, "part-0.parquet"))
+        table_data = pa.Table.from_pylist(rows, schema=schema)
+        pq.write_table(table_data, os.path.join(path, "part-0.parquet"))
 
 
 def latest_snapshot(root: str) -> int:

@@ -235,7 +235,9 @@ class QueueCatalog:
         return None
 
     # -- batches -----------------------------------------------------------------
-    def commit_batch(self, queue: str, batch: NewBatch, conn: Connection | None = None) -> int | None:
+    def commit_batch(
+        self, queue: str, batch: NewBatch, conn: Connection | None = None
+    ) -> int | None:
         """Make a written batch visible. Returns its sequence number.
 
         When ``batch.dedup_key`` was committed before, nothing changes and ``None`` is
@@ -293,7 +295,9 @@ class QueueCatalog:
             if low is None:
                 return []
             rows = c.execute(
-                select(B).where(B.c.queue == queue, B.c.seq <= low, B.c.path != "").order_by(B.c.seq)
+                select(B)
+                .where(B.c.queue == queue, B.c.seq <= low, B.c.path != "")
+                .order_by(B.c.seq)
             )
             return [_batch(r) for r in rows]
 

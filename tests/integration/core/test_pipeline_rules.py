@@ -12,8 +12,8 @@ from changeflow.capture.snapshot import run_capture
 from changeflow.config import load_config
 from changeflow.errors import ConfigError
 from changeflow.propagation import propagate_once
-from changeflow.runner import rule_filter_for
 from changeflow.rules import RuleRegistry, admin, save_rules
+from changeflow.runner import rule_filter_for
 
 pytestmark = pytest.mark.spark
 REGIONS = "region_id int, region_name string, zone int"
