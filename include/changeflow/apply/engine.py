@@ -102,13 +102,13 @@ def row_images(changes: DataFrame, table: TargetTable) -> DataFrame:
 
     from changeflow import lcr
 
-    def image(values: str, deleted: bool) -> DataFrame:
+    def image(values: str, deleted: bool) -> list[Column]:
         cols = [
             F.col(values).getItem(c.upper()).getField(lcr.LOGICAL_TYPES[t].field)
             .cast(lcr.LOGICAL_TYPES[t].spark_type).alias(c)
             for c, t in table.columns
         ]
-        return cols + [  # type: ignore[return-value]
+        return cols + [
             F.col("commit_scn").alias("_cf_scn"), F.col("position").alias("_cf_pos"),
             F.lit(deleted).alias("_cf_deleted"),
         ]

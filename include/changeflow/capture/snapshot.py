@@ -20,7 +20,7 @@ from sqlalchemy import select
 
 from changeflow import fs, lcr, quality, values
 from changeflow.config import CaptureSpec, PipelineConfig, SnapshotSource, SnapshotTable
-from changeflow.errors import SchemaMismatchError
+from changeflow.errors import ConfigError, SchemaMismatchError
 from changeflow.queues import io as qio
 from changeflow.sites import SiteRuntime, open_pipeline, queue_site
 from changeflow.state import schema, utcnow
@@ -39,6 +39,14 @@ class CaptureResult:
     snapshots: list[int] = field(default_factory=list)
     messages: int = 0
     skipped: list[int] = field(default_factory=list)
+
+
+def snapshot_source(spec: CaptureSpec) -> SnapshotSource:
+    """A capture's source, which must be a snapshot source here."""
+    if not isinstance(spec.source, SnapshotSource):
+        raise ConfigError(f"capture {spec.name} does not read snapshots "
+                          f"(its source is {spec.source.type})")
+    return spec.source
 
 
 def snapshot_path(source: SnapshotSource, table: str, n: int) -> str:
@@ -189,7 +197,7 @@ def capture_snapshot(
     from functools import reduce
 
     rt, queue = queue_site(cfg, spec.queue)
-    src = spec.source
+    src = snapshot_source(spec)
     dedup = f"capture:{spec.name}:snap={n}"
     if rt.catalog.find_dedup(queue, dedup) is not None:
         log.info("capture %s: snapshot %s was captured before; skipping", spec.name, n)
@@ -232,9 +240,10 @@ def run_capture(
     rt, _ = queue_site(cfg, spec.queue)
     result = CaptureResult(name)
     todo: set[int] = set()
-    for t in spec.source.tables:
+    src = snapshot_source(spec)
+    for t in src.tables:
         done = _progress(rt, name, t.name)
-        todo.update(s for s in list_snapshots(spark, spec.source, t.name) if s > done)
+        todo.update(s for s in list_snapshots(spark, src, t.name) if s > done)
     for n in sorted(todo):
         count = capture_snapshot(spark, cfg, spec, n, rule_filter)
         result.snapshots.append(n)

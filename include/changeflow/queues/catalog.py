@@ -14,6 +14,7 @@ from __future__ import annotations
 import datetime as dt
 import uuid
 from dataclasses import dataclass
+from typing import Any
 
 from sqlalchemy import delete, func, select, update
 from sqlalchemy.engine import Connection
@@ -147,7 +148,7 @@ class QueueCatalog:
         row = self._queue_row(name)
         return str(row._mapping["storage_path"])
 
-    def _queue_row(self, name: str, conn: Connection | None = None) -> object:
+    def _queue_row(self, name: str, conn: Connection | None = None) -> Any:
         stmt = select(Q).where(Q.c.name == name.lower())
         if conn is not None:
             row = conn.execute(stmt).first()
@@ -268,7 +269,9 @@ class QueueCatalog:
                 created_at=utcnow(),
             )
         )
-        return int(result.inserted_primary_key[0])
+        key = result.inserted_primary_key
+        assert key is not None
+        return int(key[0])
 
     def find_dedup(self, queue: str, dedup_key: str, conn: Connection | None = None) -> int | None:
         """The sequence number of the batch committed under a dedup key, if any."""
