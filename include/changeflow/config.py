@@ -282,8 +282,9 @@ class PipelineConfig(_Model):
 
     def component(self, kind: str, name: str) -> Any:
         """A capture, propagation or apply by name."""
-        section = {
-            "capture": self.captures, "propagation": self.propagations, "apply": self.applies
+        section: dict[str, list[Any]] = {
+            "capture": list(self.captures), "propagation": list(self.propagations),
+            "apply": list(self.applies),
         }
         for item in section[kind]:
             if item.name == name:

@@ -14,7 +14,7 @@ if TYPE_CHECKING:
 
 
 def _path(spark: SparkSession, uri: str) -> tuple[Any, Any]:
-    jvm = spark.sparkContext._jvm  # type: ignore[attr-defined]
+    jvm: Any = spark.sparkContext._jvm
     conf = spark.sparkContext._jsc.hadoopConfiguration()  # type: ignore[attr-defined]
     p = jvm.org.apache.hadoop.fs.Path(uri)
     return p.getFileSystem(conf), p
