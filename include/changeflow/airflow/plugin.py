@@ -5,6 +5,7 @@ from __future__ import annotations
 from airflow.plugins_manager import AirflowPlugin
 
 from changeflow.schedules.timetable import PropagationWindowTimetable
+from changeflow.schedules.ui import PREFIX, create_app
 
 
 class ChangeflowPlugin(AirflowPlugin):
@@ -12,3 +13,7 @@ class ChangeflowPlugin(AirflowPlugin):
 
     name = "changeflow"
     timetables = [PropagationWindowTimetable]
+    fastapi_apps = [{"app": create_app(), "url_prefix": PREFIX, "name": "changeflow schedules"}]
+    external_views = [{"name": "Propagation schedules", "href": f"{PREFIX}/schedules",
+                       "destination": "nav", "category": "browse",
+                       "url_route": "changeflow-schedules"}]

@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
+from changeflow.cli import dags as _dags  # noqa: F401
 from changeflow.cli import pipeline as _pipeline  # noqa: F401
+from changeflow.cli import quality as _quality  # noqa: F401
 from changeflow.cli import queues as _queues  # noqa: F401
 from changeflow.cli import rules as _rules  # noqa: F401
-from changeflow.cli import dags as _dags  # noqa: F401
-from changeflow.cli import quality as _quality  # noqa: F401
+from changeflow.cli import schedules as _schedules  # noqa: F401
