@@ -74,14 +74,15 @@ def schedules(ctx: click.Context, config_path: str, as_json: bool) -> None:
 
 
 def _store(ctx: click.Context, name: str) -> Any:
-    from changeflow.schedules.window import schedule_store
+    """The configuration and schedule store; the configured schedule is created if missing."""
+    from changeflow.schedules.window import ensure_schedule
 
     cfg = load(ctx.obj["config"])
     try:
         cfg.component("propagation", name)
+        return cfg, ensure_schedule(cfg, name, dt.datetime.now(dt.UTC))
     except ChangeflowError as exc:
         raise click.ClickException(str(exc)) from exc
-    return cfg, schedule_store(cfg, name)
 
 
 def _show(row: Any) -> None:

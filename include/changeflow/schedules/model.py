@@ -126,7 +126,7 @@ def window_at(s: Schedule, t: dt.datetime) -> Window | None:
     """The window open at ``t``, or ``None`` between windows and before the start."""
     if t < s.start:
         return None
-    w = window_number(s, math.floor((t - s.start) / s.period))
+    w = window_number(s, math.floor((t - s.start).total_seconds() / s.period.total_seconds()))
     return w if t < w.end else None
 
 
@@ -134,7 +134,7 @@ def next_window(s: Schedule, t: dt.datetime) -> Window:
     """The first window starting at or after ``t``."""
     if t <= s.start:
         return window_number(s, 0)
-    return window_number(s, math.ceil((t - s.start) / s.period))
+    return window_number(s, math.ceil((t - s.start).total_seconds() / s.period.total_seconds()))
 
 
 def windows_between(s: Schedule, start: dt.datetime, end: dt.datetime) -> list[Window]:

@@ -24,6 +24,12 @@ from changeflow.schedules import model
 EPOCH = dt.datetime(2024, 1, 1, tzinfo=dt.UTC)
 
 
+def _std(t: dt.datetime) -> dt.datetime:
+    # Airflow hands pendulum datetimes (possibly naive UTC); the model works in stdlib UTC.
+    t = t if t.tzinfo else t.replace(tzinfo=dt.UTC)
+    return dt.datetime.fromtimestamp(t.timestamp(), dt.UTC)
+
+
 def _pdt(t: dt.datetime) -> pendulum.DateTime:
     return pendulum.instance(t).in_timezone("UTC")
 
@@ -65,28 +71,29 @@ class PropagationWindowTimetable(Timetable):
 
     def infer_manual_data_interval(self, *, run_after: pendulum.DateTime) -> DataInterval:
         """A manual run is the window open at ``run_after``, else one window's length."""
-        w = model.window_at(self.schedule, run_after)
+        w = model.window_at(self.schedule, _std(run_after))
         if w is None:
-            return DataInterval(run_after, _pdt(run_after + self.schedule.length))
+            return DataInterval(run_after, _pdt(_std(run_after) + self.schedule.length))
         return DataInterval(_pdt(w.start), _pdt(w.end))
 
     def next_dagrun_info(self, *, last_automated_data_interval: DataInterval | None,
                          restriction: TimeRestriction) -> DagRunInfo | None:
         s = self.schedule
+        earliest = _std(restriction.earliest) if restriction.earliest is not None else None
         if last_automated_data_interval is not None:
-            w = model.next_window(s, last_automated_data_interval.start + dt.timedelta(
+            w = model.next_window(s, _std(last_automated_data_interval.start) + dt.timedelta(
                 microseconds=1))
-            if restriction.earliest is not None and not restriction.catchup:
-                now = max(dt.datetime.now(dt.UTC), restriction.earliest)
+            if earliest is not None and not restriction.catchup:
+                now = max(dt.datetime.now(dt.UTC), earliest)
                 if w.end <= now:  # skipped windows (paused DAG): resume at the open one
                     w = model.window_at(s, now) or model.next_window(s, now)
-        elif restriction.earliest is None:
+        elif earliest is None:
             return None
         elif restriction.catchup:
-            w = model.next_window(s, restriction.earliest)
+            w = model.next_window(s, earliest)
         else:
-            now = max(dt.datetime.now(dt.UTC), restriction.earliest)
+            now = max(dt.datetime.now(dt.UTC), earliest)
             w = model.window_at(s, now) or model.next_window(s, now)
-        if restriction.latest is not None and w.start > restriction.latest:
+        if restriction.latest is not None and w.start > _std(restriction.latest):
             return None
         return self._info(w)
