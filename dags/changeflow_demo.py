@@ -15,6 +15,10 @@ SPEC = {   'components': {   'apply': ['apply_dbs2'],
                       'verify': ['apply_dbs2']},
     'config': 'config/demo.yaml',
     'pipeline': 'demo',
+    'schedules': {   'dbs1_to_dbs2': {   'duration': None,
+                                         'latency': 3.0,
+                                         'next_time': None,
+                                         'start': None}},
     'spark': {}}
 
 globals().update(build_dags(SPEC, project_root=Path(__file__).resolve().parent.parent))
