@@ -2,10 +2,11 @@
 
 :func:`check_batch` runs between :func:`changeflow.queues.io.write_batch` and
 :meth:`~changeflow.queues.catalog.QueueCatalog.commit_batch`. It reads the batch
-once with a pruned schema, caches the narrow facts, validates the ``lcr_messages``
-and ``lcr_transactions`` suites (and ``hop_reconciliation`` when the stage passes its
-counters), persists the result, and either returns (passed or warned) or quarantines
-the batch and raises :class:`~changeflow.quality.policy.QualityError`.
+with a pruned schema in one pass that rolls every per-message check up per source
+transaction, validates the ``lcr_batch`` suite on that small rollup, the
+``lcr_message_ids`` suite on the ids, and ``hop_reconciliation`` when the stage passes
+its counters. It persists the result, then either returns (passed or warned) or
+quarantines the batch and raises :class:`~changeflow.quality.policy.QualityError`.
 """
 
 from __future__ import annotations
@@ -89,19 +90,21 @@ def check_batch(
     policy = blocking_policy(cfg)
     report = QualityReport(stage, qname, batch.batch_id, batch.n_messages)
     df = spark.read.schema(facts.read_schema()).parquet(batch.path)
-    msg = facts.message_facts(df).persist()
+    prior = results.prior_watermarks(rt.store, qname, batch.producer)
+    # One pass over the batch: per-message checks rolled up per transaction (small).
+    txn = facts.transaction_facts(facts.message_facts(df), prior).persist()
     try:
-        report.runs.append(validate(msg, "lcr_messages", blocking=policy))
-        prior = results.prior_watermarks(rt.store, qname, batch.producer)
-        txn = facts.transaction_facts(msg, prior).persist()
-        try:
-            report.runs.append(validate(txn, "lcr_transactions", blocking=policy))
-            marks = _watermarks(txn, prior)
-            _samples(report, df, txn, cfg.quality.sample_rows)
-        finally:
-            txn.unpersist()
+        report.runs.append(validate(txn, "lcr_batch", blocking=policy))
+        marks = _watermarks(txn, prior)
     finally:
-        msg.unpersist()
+        txn.unpersist()
+    # GX reads the ids several times (counts, distinct count): cache the 8-byte hashes.
+    ids = facts.message_ids(df).persist()
+    try:
+        report.runs.append(validate(ids, "lcr_message_ids", blocking=policy))
+    finally:
+        ids.unpersist()
+    _samples(report, df, prior, cfg.quality.sample_rows)
     if counters is not None:
         report.runs.append(check_hop(spark, counters, policy))
     return _finish(spark, rt, report, batch, marks, started)
@@ -146,18 +149,19 @@ def _watermarks(txn: DataFrame, prior: dict[str, int]) -> dict[str, int]:
     from pyspark.sql import functions as F
 
     marks = dict(prior)
-    for r in txn.groupBy("source_database_name").agg(F.max("max_scn").alias("m")).collect():
+    known = txn.where(F.col("txn_key").isNotNull())
+    for r in known.groupBy("source_database_name").agg(F.max("max_scn").alias("m")).collect():
         if r.m is not None:
             marks[r.source_database_name] = max(int(r.m), marks.get(r.source_database_name, 0))
     return marks
 
 
-def _samples(report: QualityReport, batch: DataFrame, txn: DataFrame, k: int) -> None:
+def _samples(report: QualityReport, batch: DataFrame, prior: dict[str, int], k: int) -> None:
     """Attach sample offending rows to each failed check (only runs on failure)."""
     from pyspark.sql import functions as F
 
     for check in report.checks:
-        column = check.kwargs.get("column")
+        column = str(check.kwargs.get("column")).removesuffix("_violations")
         if check.success:
             continue
         if check.check == "unique_msg_id":
@@ -171,6 +175,8 @@ def _samples(report: QualityReport, batch: DataFrame, txn: DataFrame, k: int) ->
             check.samples = _rows(flagged.where(~F.col(column)).select(*SAMPLE_COLUMNS)
                                   .limit(k))
         elif column in facts.TRANSACTION_CHECKS:
+            named = facts.message_facts(batch, keep=["transaction_id"])
+            txn = facts.transaction_facts(named, prior, keep=["transaction_id"])
             cols = ["source_database_name", "transaction_id", "n", "min_scn", "max_scn",
                     "min_time", "max_time", "prev_scn", "prior_scn"]
             check.samples = _rows(txn.where(~F.col(column)).select(*cols).limit(k))

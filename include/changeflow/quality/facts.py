@@ -1,15 +1,16 @@
 """Pure transforms that turn a batch into the narrow *facts* its expectation suites read.
 
 Great Expectations is good at checking columns, and slow when each expectation scans a
-wide batch of nested maps on its own. So each check is first expressed as one derived
-column of a narrow DataFrame, computed in a single pass over the batch: ``True`` where a
-message satisfies the check, ``False`` where it violates it, ``NULL`` where the check
-does not apply (e.g. "INSERT has no old values" for an UPDATE). The suites then expect
-each column's values to be in ``{True}``, and GX computes every expectation's
-unexpected count in one aggregate over the cached facts.
-
-Checks that span messages (transactions, commit order) read a second, much smaller
-DataFrame: one row per source transaction, aggregated from the message facts.
+wide batch of nested maps on its own. So each per-message check is first expressed as
+one derived column (:func:`message_facts`): ``True`` where a message satisfies it,
+``False`` where it violates it, ``NULL`` where it does not apply (e.g. "INSERT has no
+old values" for an UPDATE). In the same single pass over the batch, the messages are
+rolled up per source transaction (:func:`transaction_facts`): violation counts per
+check, commit positions and times. That rollup is about a hundredth of the batch, and
+GX validates every LCR-batch expectation on it in one call: sums of violations must be
+0, and the cross-message checks (one commit per transaction, commit order) are
+booleans per transaction. Message-id uniqueness needs the ids themselves; GX checks it
+on a second, one-column DataFrame (:func:`message_ids`).
 """
 
 from __future__ import annotations
@@ -47,15 +48,23 @@ TRANSACTION_CHECKS = (
 )
 
 
-def _missing_required() -> Column:
-    """The first required field (by message kind) that is NULL, or NULL when none is."""
+def _all_present(fields: Sequence[str]) -> Column:
+    from functools import reduce
+
+    from pyspark.sql import functions as F
+
+    return reduce(lambda a, b: a & b, [F.col(f).isNotNull() for f in fields])
+
+
+def _required_present() -> Column:
+    """Whether every field required for the message's kind is non-null."""
     from pyspark.sql import functions as F
 
     kind = F.col("kind")
-    checks = [F.when(F.col(f).isNull(), F.lit(f)) for f in ALWAYS_REQUIRED]
+    by_kind = F.when(F.lit(False), F.lit(True))
     for k, fields in lcr.REQUIRED_BY_KIND.items():
-        checks += [F.when((kind == k) & F.col(f).isNull(), F.lit(f)) for f in fields]
-    return F.coalesce(*checks)
+        by_kind = by_kind.when(kind == k, _all_present(fields))
+    return _all_present(ALWAYS_REQUIRED) & by_kind.otherwise(F.lit(True))
 
 
 def _has_keys(values: str) -> Column:
@@ -105,8 +114,9 @@ def message_facts(batch: DataFrame, keep: Sequence[str] = ()) -> DataFrame:
     Returns:
         Columns ``msg_hash`` (a 64-bit hash of ``msg_id``, used to find duplicates
         cheaply; a collision is confirmed against the ids themselves before anything is
-        reported), ``kind``, ``source_database_name``, ``transaction_id``,
-        ``commit_scn``, ``commit_time`` and the boolean columns of
+        reported), ``source_database_name``, ``txn_key`` (a hash of the source and the
+        transaction id, NULL without a transaction id; narrower to cache and group by
+        than the id), ``commit_scn``, ``commit_time`` and the boolean columns of
         :data:`MESSAGE_CHECKS`.
     """
     from pyspark.sql import functions as F
@@ -116,12 +126,12 @@ def message_facts(batch: DataFrame, keep: Sequence[str] = ()) -> DataFrame:
     return batch.select(
         *keep,
         F.xxhash64("msg_id").alias("msg_hash"),
-        "kind",
         "source_database_name",
-        "transaction_id",
+        F.when(F.col("transaction_id").isNotNull(),
+               F.xxhash64("source_database_name", "transaction_id")).alias("txn_key"),
         "commit_scn",
         "commit_time",
-        _missing_required().isNull().alias("required_fields"),
+        _required_present().alias("required_fields"),
         kind.isin(*lcr.KINDS).alias("kind_allowed"),
         F.col("origin").isin(*lcr.ORIGINS).alias("origin_allowed"),
         F.when(row, cmd.isin(*lcr.DML_COMMANDS)).when(kind == "USER", cmd.isNull())
@@ -135,55 +145,70 @@ def message_facts(batch: DataFrame, keep: Sequence[str] = ()) -> DataFrame:
     )
 
 
-def transaction_facts(facts: DataFrame, prior: dict[str, int] | None = None) -> DataFrame:
-    """One row per source transaction of a batch, for the cross-message checks.
+def transaction_facts(
+    facts: DataFrame, prior: dict[str, int] | None = None, keep: Sequence[str] = ()
+) -> DataFrame:
+    """Roll message facts up to one row per source transaction: every LCR-batch check.
+
+    Messages without a transaction (user messages) roll up into one row per source
+    with ``txn_key`` NULL; the transaction checks do not apply to that row.
 
     Args:
         facts: the output of :func:`message_facts`.
         prior: per source database, the highest commit position the same producer
             committed to the same queue before this batch.
+        keep: extra grouping columns carried in ``facts`` (e.g. ``transaction_id``, to
+            show sample rows), each determined by the transaction.
 
     Returns:
-        ``source_database_name``, ``transaction_id``, ``n``, ``min_scn``/``max_scn``,
-        ``min_time``/``max_time``, ``prev_scn`` (the commit position of the previous
+        ``source_database_name``, ``txn_key``, ``n``, ``min_scn``/``max_scn``,
+        ``min_time``/``max_time``; per message check, the number of messages violating
+        it (``<check>_violations``); ``prev_scn`` (the commit position of the previous
         transaction of the same source in commit-time order), ``prior_scn`` (from
         ``prior``) and the boolean columns of :data:`TRANSACTION_CHECKS`.
     """
     from pyspark.sql import Window
     from pyspark.sql import functions as F
 
-    txns = (
-        facts.where(F.col("transaction_id").isNotNull() & F.col("source_database_name")
-                    .isNotNull())
-        .groupBy("source_database_name", "transaction_id")
-        .agg(
-            F.count(F.lit(1)).alias("n"),
-            F.min("commit_scn").alias("min_scn"),
-            F.max("commit_scn").alias("max_scn"),
-            F.min("commit_time").alias("min_time"),
-            F.max("commit_time").alias("max_time"),
-        )
+    # txn_key already hashes the source: grouping by one long is the cheap aggregate.
+    txns = facts.groupBy("txn_key", *keep).agg(
+        F.first("source_database_name").alias("source_database_name"),
+        F.count(F.lit(1)).alias("n"),
+        F.min("commit_scn").alias("min_scn"),
+        F.max("commit_scn").alias("max_scn"),
+        F.min("commit_time").alias("min_time"),
+        F.max("commit_time").alias("max_time"),
+        *[F.count_if(~F.col(c)).alias(f"{c}_violations") for c in MESSAGE_CHECKS],
     )
-    order = Window.partitionBy("source_database_name").orderBy("min_time", "min_scn")
+    known = F.col("txn_key").isNotNull() & F.col("source_database_name").isNotNull()
+    order = Window.partitionBy("source_database_name").orderBy("min_time", "min_scn") \
+        .rowsBetween(Window.unboundedPreceding, -1)
     same_scn = Window.partitionBy("source_database_name", "min_scn")
     prior_map = F.create_map(*[x for db, scn in sorted((prior or {}).items())
                                for x in (F.lit(db), F.lit(int(scn)).cast("bigint"))])
     prior_scn = (F.element_at(prior_map, F.col("source_database_name")) if prior
                  else F.lit(None).cast("bigint"))
-    prev = F.lag("max_scn").over(order)
-    scn_known = F.col("min_scn").isNotNull()
+    prev = F.last(F.when(known, F.col("max_scn")), ignorenulls=True).over(order)
+    scn_known = known & F.col("min_scn").isNotNull()
     return txns.select(
         "*",
         prev.alias("prev_scn"),
         prior_scn.alias("prior_scn"),
         F.when(scn_known, F.col("min_scn") == F.col("max_scn"))
         .alias("single_commit_scn"),
-        F.when(F.col("min_time").isNotNull(), F.col("min_time") == F.col("max_time"))
+        F.when(known & F.col("min_time").isNotNull(), F.col("min_time") == F.col("max_time"))
         .alias("single_commit_time"),
-        F.when(scn_known, F.count(F.lit(1)).over(same_scn) == 1)
+        F.when(scn_known, F.sum(known.cast("int")).over(same_scn) == 1)
         .alias("commit_scn_one_transaction"),
         F.when(scn_known & prev.isNotNull(), F.col("min_scn") >= prev)
         .alias("commit_order_in_batch"),
         F.when(scn_known & prior_scn.isNotNull(), F.col("min_scn") >= prior_scn)
         .alias("commit_order_across_batches"),
     )
+
+
+def message_ids(batch: DataFrame) -> DataFrame:
+    """The 64-bit hash of every message id (the uniqueness check reads only this)."""
+    from pyspark.sql import functions as F
+
+    return batch.select(F.xxhash64("msg_id").alias("msg_hash"))

@@ -57,7 +57,7 @@ def test_clean_propagation_and_apply_pass(spark, pipeline, lcr_frame, tmp_path: 
                                "--out", str(tmp_path / "docs")])
     assert out.exit_code == 0, out.output
     assert (tmp_path / "docs" / "index.html").exists()
-    assert list((tmp_path / "docs" / "validations" / "lcr_messages").rglob("*.html"))
+    assert list((tmp_path / "docs" / "validations" / "lcr_batch").rglob("*.html"))
 
 
 def _target_rows(spark, cfg):  # type: ignore[no-untyped-def]

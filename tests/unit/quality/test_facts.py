@@ -73,7 +73,8 @@ def test_transaction_checks(lcr_frame) -> None:  # type: ignore[no-untyped-def]
         row_lcr(4, transaction_id="c", commit_scn=12, commit_time=later),  # shares scn 12
         row_lcr(5, transaction_id="d", commit_scn=5, commit_time=later + dt.timedelta(1)),
     ])
-    txn = facts.transaction_facts(facts.message_facts(df), {"DBS1.EXAMPLE.COM": 11})
+    named = facts.message_facts(df, keep=["transaction_id"])
+    txn = facts.transaction_facts(named, {"DBS1.EXAMPLE.COM": 11}, keep=["transaction_id"])
     got = {r.transaction_id: r.asDict() for r in txn.collect()}
     assert got["a"]["single_commit_scn"] is False
     assert got["b"]["single_commit_scn"] is True
@@ -88,3 +89,17 @@ def test_read_schema_prunes_value_maps() -> None:
     schema = facts.read_schema()
     assert "payload" not in schema.fieldNames()
     assert schema["old_values"].dataType.valueType.fieldNames() == ["type"]
+
+
+def test_rollup_counts_violations_per_transaction(lcr_frame) -> None:  # type: ignore[no-untyped-def]
+    user = row_lcr(9, kind="USER", command_type=None, transaction_id=None, commit_scn=None,
+                   msg_type_name="T", enq_time=T0, old_values=None, new_values=None)
+    df = lcr_frame([row_lcr(1), row_lcr(2, object_name=None), row_lcr(3, command_type="MERGE"),
+                    user])
+    rows = facts.transaction_facts(facts.message_facts(df)).collect()
+    by_key = {r.txn_key is None: r for r in rows}
+    txn, loose = by_key[False], by_key[True]
+    assert txn.n == 3 and txn.required_fields_violations == 1
+    assert txn.command_type_allowed_violations == 1 and txn.single_commit_scn is True
+    assert loose.n == 1 and loose.required_fields_violations == 0
+    assert loose.single_commit_scn is None  # no transaction: not applicable

@@ -35,10 +35,11 @@ def test_every_expectation_names_a_check_once() -> None:
 
 
 def test_fact_columns_match_the_suites() -> None:
-    cols = {e["kwargs"]["column"] for e in suite_definition("lcr_messages")["expectations"]}
-    assert set(facts.MESSAGE_CHECKS) <= cols
-    cols = {e["kwargs"]["column"] for e in suite_definition("lcr_transactions")["expectations"]}
-    assert cols == set(facts.TRANSACTION_CHECKS)
+    cols = {e["kwargs"]["column"] for e in suite_definition("lcr_batch")["expectations"]}
+    assert cols == {f"{c}_violations" for c in facts.MESSAGE_CHECKS} | set(
+        facts.TRANSACTION_CHECKS)
+    [ids] = suite_definition("lcr_message_ids")["expectations"]
+    assert ids["kwargs"]["column"] == "msg_hash"
 
 
 def test_default_blocking_set(tmp_path: Path) -> None:
@@ -76,7 +77,7 @@ def test_error_names_expectation_samples_and_quarantine() -> None:
                       element_count=10, samples=[{"msg_id": "m1"}])
     warn = CheckResult("commit_order_across_batches", "x", {}, success=False, blocking=False)
     report = QualityReport("propagation:p", "hr.q", "b1", 10,
-                           runs=[SuiteRun("lcr_messages", [bad, warn], {})],
+                           runs=[SuiteRun("lcr_batch", [bad, warn], {})],
                            quarantine_path="/q/b1")
     err = QualityError(report)
     assert isinstance(err, TerminalError) and err.report is report

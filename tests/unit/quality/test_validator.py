@@ -16,22 +16,28 @@ def test_gx_validates_a_spark_dataframe_with_pinned_pyspark(spark) -> None:  # t
     import pyspark
 
     assert gx.__version__.startswith("1.") and pyspark.__version__.startswith("4.")
-    df = spark.createDataFrame(
-        [(1, True, True, True, True, True, True, True),
-         (2, True, True, True, False, None, None, None),
-         (2, True, True, True, True, None, None, True)],
-        "msg_hash long, required_fields boolean, kind_allowed boolean, origin_allowed boolean, "
-        "command_type_allowed boolean, insert_no_old_values boolean, "
-        "delete_no_new_values boolean, update_has_key boolean",
-    )
-    run = validator.validate(df, "lcr_messages", blocking=lambda c: c != "unique_msg_id")
+    ids = spark.createDataFrame([(1,), (2,), (2,)], "msg_hash long")
+    run = validator.validate(ids, "lcr_message_ids", blocking=lambda c: False)
+    [uniq] = run.results
+    assert not run.success and uniq.check == "unique_msg_id" and uniq.blocking is False
+    assert run.gx_result["suite_name"] == "lcr_message_ids"
+
+
+def test_sum_expectations_report_the_violation_count(spark) -> None:  # type: ignore[no-untyped-def]
+    from changeflow.quality import facts
+
+    cols = [f"{c}_violations" for c in facts.MESSAGE_CHECKS]
+    flags = list(facts.TRANSACTION_CHECKS)
+    schema = ", ".join([f"{c} long" for c in cols] + [f"{c} boolean" for c in flags])
+    row1 = tuple([0] * len(cols) + [True] * len(flags))
+    row2 = tuple([0, 0, 0, 2] + [0] * (len(cols) - 4) + [True, None, True, False, None])
+    run = validator.validate(spark.createDataFrame([row1, row2], schema), "lcr_batch")
     by = {r.check: r for r in run.results}
-    assert not run.success
     assert by["command_type_allowed"].success is False
-    assert by["command_type_allowed"].unexpected_count == 1
-    assert by["unique_msg_id"].success is False and by["unique_msg_id"].blocking is False
-    assert by["insert_no_old_values"].success is True  # NULL = not applicable
-    assert run.gx_result["suite_name"] == "lcr_messages"
+    assert by["command_type_allowed"].unexpected_count == 2
+    assert by["commit_order_in_batch"].success is False
+    assert by["transaction_single_commit_time"].success is True  # NULL = not applicable
+    assert by["required_fields"].success is True
 
 
 def test_usage_statistics_are_off() -> None:
