@@ -6,6 +6,8 @@ set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 export CHANGEFLOW_HOME="$ROOT"
 export CHANGEFLOW_WORK="${CHANGEFLOW_WORK:-$ROOT/work}"
+# The pipeline the CLI and the Airflow UI page show by default.
+export CHANGEFLOW_CONFIG="${CHANGEFLOW_CONFIG:-$ROOT/config/demo.yaml}"
 export PATH="$ROOT/.venv/bin:$PATH"
 export AIRFLOW_HOME="${AIRFLOW_HOME:-$CHANGEFLOW_WORK/airflow}"
 export AIRFLOW__CORE__DAGS_FOLDER="${AIRFLOW__CORE__DAGS_FOLDER:-$ROOT/dags}"
