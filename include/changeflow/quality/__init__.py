@@ -17,7 +17,6 @@ from __future__ import annotations
 from changeflow.quality.batch import (
     HopCounters,
     check_batch,
-    check_hop,
     hop_counters,
     observe_input,
 )
@@ -31,7 +30,6 @@ __all__ = [
     "blocking_policy",
     "build_data_docs",
     "check_batch",
-    "check_hop",
     "check_target",
     "hop_counters",
     "observe_input",

@@ -3,10 +3,10 @@
 :func:`check_batch` runs between :func:`changeflow.queues.io.write_batch` and
 :meth:`~changeflow.queues.catalog.QueueCatalog.commit_batch`. It reads the batch
 with a pruned schema in one pass that rolls every per-message check up per source
-transaction, validates the ``lcr_batch`` suite on that small rollup, the
-``lcr_message_ids`` suite on the ids, and ``hop_reconciliation`` when the stage passes
-its counters. It persists the result, then either returns (passed or warned) or
-quarantines the batch and raises :class:`~changeflow.quality.policy.QualityError`.
+transaction, counts distinct message ids in a second aggregate, and validates the
+``lcr_batch`` suite on the small rollup in one GX call (with the hop's counters when
+the stage passes them). It persists the result, then either returns (passed or warned)
+or quarantines the batch and raises :class:`~changeflow.quality.policy.QualityError`.
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any
 from changeflow.config import PipelineConfig
 from changeflow.quality import facts, quarantine, results
 from changeflow.quality.policy import QualityError, QualityReport, blocking_policy, log_warnings
-from changeflow.quality.validator import SuiteRun, validate
+from changeflow.quality.validator import validate
 from changeflow.queues.catalog import NewBatch
 from changeflow.sites import SiteRuntime, queue_site
 
@@ -91,36 +91,35 @@ def check_batch(
     report = QualityReport(stage, qname, batch.batch_id, batch.n_messages)
     df = spark.read.schema(facts.read_schema()).parquet(batch.path)
     prior = results.prior_watermarks(rt.store, qname, batch.producer)
+    ids = facts.id_counts(df)
+    hop = (counters.read, counters.propagated + counters.discarded) if counters else None
     # One pass over the batch: per-message checks rolled up per transaction (small).
     txn = facts.transaction_facts(facts.message_facts(df), prior).persist()
     try:
-        report.runs.append(validate(txn, "lcr_batch", blocking=policy))
+        report.runs.append(validate(facts.batch_facts(txn, ids, hop), "lcr_batch",
+                                    blocking=policy))
         marks = _watermarks(txn, prior)
     finally:
         txn.unpersist()
-    # GX reads the ids several times (counts, distinct count): cache the 8-byte hashes.
-    ids = facts.message_ids(df).persist()
-    try:
-        report.runs.append(validate(ids, "lcr_message_ids", blocking=policy))
-    finally:
-        ids.unpersist()
+    _explain(report, ids, counters)
     _samples(report, df, prior, cfg.quality.sample_rows)
-    if counters is not None:
-        report.runs.append(check_hop(spark, counters, policy))
     return _finish(spark, rt, report, batch, marks, started)
 
 
-def check_hop(spark: SparkSession, counters: HopCounters, policy: Any = None) -> SuiteRun:
-    """Validate a hop's counters: read = propagated + discarded (one-row suite)."""
-    row = [(counters.read, counters.propagated, counters.discarded,
-            counters.propagated + counters.discarded)]
-    df = spark.createDataFrame(row, "messages_read long, messages_propagated long, "
-                                    "messages_discarded long, messages_accounted long")
-    run = validate(df, "hop_reconciliation", blocking=policy)
-    for c in run.results:
-        if not c.success:
-            c.samples = [dict(zip(df.columns, row[0], strict=True))]
-    return run
+def _explain(report: QualityReport, ids: tuple[int, int], counters: HopCounters | None) -> None:
+    """Batch-wide checks: give their counts and samples in batch terms, not rollup rows."""
+    for check in report.checks:
+        if check.check == "unique_msg_id":
+            check.element_count = ids[0]
+            check.unexpected_count = None if check.success else ids[0] - ids[1]
+        elif check.check == "hop_reconciled" and counters is not None:
+            check.element_count = counters.read
+            check.unexpected_count = None if check.success else abs(
+                counters.read - counters.propagated - counters.discarded)
+            check.samples = [] if check.success else [{
+                "messages_read": counters.read, "messages_propagated": counters.propagated,
+                "messages_discarded": counters.discarded,
+                "messages_accounted": counters.propagated + counters.discarded}]
 
 
 def _finish(spark: SparkSession, rt: SiteRuntime, report: QualityReport, batch: NewBatch,

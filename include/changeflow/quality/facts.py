@@ -9,8 +9,8 @@ rolled up per source transaction (:func:`transaction_facts`): violation counts p
 check, commit positions and times. That rollup is about a hundredth of the batch, and
 GX validates every LCR-batch expectation on it in one call: sums of violations must be
 0, and the cross-message checks (one commit per transaction, commit order) are
-booleans per transaction. Message-id uniqueness needs the ids themselves; GX checks it
-on a second, one-column DataFrame (:func:`message_ids`).
+booleans per transaction. Batch-wide figures (distinct message ids, the hop's
+counters) join the rollup as constant columns (:func:`batch_facts`).
 """
 
 from __future__ import annotations
@@ -170,9 +170,9 @@ def transaction_facts(
     from pyspark.sql import Window
     from pyspark.sql import functions as F
 
-    # txn_key already hashes the source: grouping by one long is the cheap aggregate.
-    txns = facts.groupBy("txn_key", *keep).agg(
-        F.first("source_database_name").alias("source_database_name"),
+    # Only fixed-width aggregates (no first() of a string): Spark then uses a hash
+    # aggregate with partial aggregation, instead of sorting every message.
+    txns = facts.groupBy("txn_key", "source_database_name", *keep).agg(
         F.count(F.lit(1)).alias("n"),
         F.min("commit_scn").alias("min_scn"),
         F.max("commit_scn").alias("max_scn"),
@@ -207,8 +207,35 @@ def transaction_facts(
     )
 
 
-def message_ids(batch: DataFrame) -> DataFrame:
-    """The 64-bit hash of every message id (the uniqueness check reads only this)."""
+def id_counts(batch: DataFrame) -> tuple[int, int]:
+    """Messages with an id, and distinct 64-bit hashes of those ids, in one aggregate.
+
+    Equal counts prove the ids unique (distinct hashes imply distinct ids); a
+    difference is confirmed on the ids themselves before anything is reported.
+    """
     from pyspark.sql import functions as F
 
-    return batch.select(F.xxhash64("msg_id").alias("msg_hash"))
+    mid = F.col("msg_id")
+    row = batch.select(F.count(mid), F.count_distinct(F.xxhash64(mid))).first()
+    return (int(row[0]), int(row[1])) if row else (0, 0)
+
+
+def batch_facts(rollup: DataFrame, ids: tuple[int, int],
+                hop: tuple[int, int] | None = None) -> DataFrame:
+    """The rollup plus the batch-wide figures as constant columns, for one GX call.
+
+    Args:
+        rollup: the output of :func:`transaction_facts`.
+        ids: what :func:`id_counts` returned.
+        hop: the hop's (messages read, messages propagated + discarded), if any.
+    """
+    from pyspark.sql import functions as F
+
+    def lit(v: int | None) -> Column:
+        return F.lit(v).cast("bigint")
+
+    return rollup.withColumns({
+        "messages_with_id": lit(ids[0]), "distinct_ids": lit(ids[1]),
+        "messages_read": lit(hop[0] if hop else None),
+        "messages_accounted": lit(hop[1] if hop else None),
+    })

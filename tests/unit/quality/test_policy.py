@@ -35,11 +35,14 @@ def test_every_expectation_names_a_check_once() -> None:
 
 
 def test_fact_columns_match_the_suites() -> None:
-    cols = {e["kwargs"]["column"] for e in suite_definition("lcr_batch")["expectations"]}
+    cols = {e["kwargs"].get("column") for e in suite_definition("lcr_batch")["expectations"]}
+    cols.discard(None)
     assert cols == {f"{c}_violations" for c in facts.MESSAGE_CHECKS} | set(
         facts.TRANSACTION_CHECKS)
-    [ids] = suite_definition("lcr_message_ids")["expectations"]
-    assert ids["kwargs"]["column"] == "msg_hash"
+    pairs = {e["meta"]["check"]: (e["kwargs"]["column_A"], e["kwargs"]["column_B"])
+             for e in suite_definition("lcr_batch")["expectations"] if "column_A" in e["kwargs"]}
+    assert pairs == {"unique_msg_id": ("distinct_ids", "messages_with_id"),
+                     "hop_reconciled": ("messages_read", "messages_accounted")}
 
 
 def test_default_blocking_set(tmp_path: Path) -> None:

@@ -16,11 +16,16 @@ def test_gx_validates_a_spark_dataframe_with_pinned_pyspark(spark) -> None:  # t
     import pyspark
 
     assert gx.__version__.startswith("1.") and pyspark.__version__.startswith("4.")
-    ids = spark.createDataFrame([(1,), (2,), (2,)], "msg_hash long")
-    run = validator.validate(ids, "lcr_message_ids", blocking=lambda c: False)
-    [uniq] = run.results
-    assert not run.success and uniq.check == "unique_msg_id" and uniq.blocking is False
-    assert run.gx_result["suite_name"] == "lcr_message_ids"
+    rows = spark.createDataFrame([("hr.t", "1", True, True), ("hr.t", "2", True, False),
+                                  ("hr.t", None, False, False)],
+                                 "table_name string, key string, key_not_null boolean, "
+                                 "key_unique boolean")
+    run = validator.validate(rows, "target_rows", blocking=lambda c: c != "target_key_unique")
+    by = {r.check: r for r in run.results}
+    assert not run.success
+    assert by["target_key_not_null"].unexpected_count == 1 and by["target_key_not_null"].blocking
+    assert by["target_key_unique"].unexpected_count == 2 and not by["target_key_unique"].blocking
+    assert run.gx_result["suite_name"] == "target_rows"
 
 
 def test_sum_expectations_report_the_violation_count(spark) -> None:  # type: ignore[no-untyped-def]
@@ -28,9 +33,12 @@ def test_sum_expectations_report_the_violation_count(spark) -> None:  # type: ig
 
     cols = [f"{c}_violations" for c in facts.MESSAGE_CHECKS]
     flags = list(facts.TRANSACTION_CHECKS)
-    schema = ", ".join([f"{c} long" for c in cols] + [f"{c} boolean" for c in flags])
-    row1 = tuple([0] * len(cols) + [True] * len(flags))
-    row2 = tuple([0, 0, 0, 2] + [0] * (len(cols) - 4) + [True, None, True, False, None])
+    extra = ["messages_with_id", "distinct_ids", "messages_read", "messages_accounted"]
+    schema = ", ".join([f"{c} long" for c in cols] + [f"{c} boolean" for c in flags]
+                       + [f"{c} long" for c in extra])
+    row1 = tuple([0] * len(cols) + [True] * len(flags) + [5, 5, None, None])
+    row2 = tuple([0, 0, 0, 2] + [0] * (len(cols) - 4) + [True, None, True, False, None]
+                 + [5, 5, None, None])
     run = validator.validate(spark.createDataFrame([row1, row2], schema), "lcr_batch")
     by = {r.check: r for r in run.results}
     assert by["command_type_allowed"].success is False
@@ -38,6 +46,8 @@ def test_sum_expectations_report_the_violation_count(spark) -> None:  # type: ig
     assert by["commit_order_in_batch"].success is False
     assert by["transaction_single_commit_time"].success is True  # NULL = not applicable
     assert by["required_fields"].success is True
+    assert by["unique_msg_id"].success is True
+    assert by["hop_reconciled"].success is True  # no counters: not applicable
 
 
 def test_usage_statistics_are_off() -> None:
