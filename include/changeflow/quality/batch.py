@@ -107,9 +107,11 @@ def check_batch(
 
 
 def _explain(report: QualityReport, ids: tuple[int, int], counters: HopCounters | None) -> None:
-    """Batch-wide checks: give their counts and samples in batch terms, not rollup rows."""
+    """Give counts and samples in batch terms (messages), not rollup rows."""
     for check in report.checks:
-        if check.check == "unique_msg_id":
+        if check.expectation == "expect_column_sum_to_be_between":
+            check.element_count = report.n_rows
+        elif check.check == "unique_msg_id":
             check.element_count = ids[0]
             check.unexpected_count = None if check.success else ids[0] - ids[1]
         elif check.check == "hop_reconciled" and counters is not None:

@@ -30,6 +30,7 @@ from sqlalchemy import (
     select,
 )
 
+from changeflow.config import PipelineConfig
 from changeflow.state import StateStore, schema, utcnow
 
 metadata = MetaData()
@@ -161,3 +162,20 @@ def gx_results(store: StateStore, *, limit: int = 200) -> list[dict[str, Any]]:
     stmt = select(results.c.gx_json).order_by(results.c.id.desc()).limit(limit)
     with store.engine.connect() as c:
         return [r for (text,) in c.execute(stmt) for r in json.loads(text)]
+
+
+def summary(cfg: PipelineConfig) -> list[str]:
+    """One line per stage with its latest result, e.g. for the demo's output.
+
+    A line reads ``quality propagation:dbs1_to_dbs2 @site2: passed (12 rows, 14 checks)``.
+    """
+    from changeflow.sites import site
+
+    lines = []
+    for name in sorted(cfg.sites):
+        for r in latest(site(cfg, name).store):
+            failed = [c["check"] for c in r.checks if not c["success"]]
+            tail = f"; failed: {', '.join(failed)}" if failed else ""
+            lines.append(f"quality {r.stage} @{name}: {r.status} ({r.n_rows} rows, "
+                         f"{len(r.checks)} checks{tail})")
+    return lines

@@ -49,6 +49,8 @@ def test_clean_propagation_and_apply_pass(spark, pipeline, lcr_frame, tmp_path: 
     rt, _ = queue_site(pipeline, DST)
     stages = {r.stage: r.status for r in results.latest(rt.store)}
     assert stages == {"propagation:p12": "passed", "apply:ap": "passed"}
+    assert any(line.startswith("quality propagation:p12 @site2: passed (3 rows")
+               for line in results.summary(pipeline))
     runner = CliRunner()
     out = runner.invoke(main, ["quality", "latest", "--config", pipeline.source_path])
     assert out.exit_code == 0, out.output
