@@ -142,7 +142,7 @@ def _cpu(spark: SparkSession) -> float:
     """CPU seconds used so far by the JVM (driver and local executors) and this process."""
     import os
 
-    jvm = spark.sparkContext._jvm  # type: ignore[attr-defined]
+    jvm: Any = spark.sparkContext._jvm
     pid = int(jvm.java.lang.ProcessHandle.current().pid())
     try:
         with open(f"/proc/{pid}/stat") as fh:

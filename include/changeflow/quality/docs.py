@@ -85,7 +85,9 @@ def _clean(raw: dict[str, Any]) -> dict[str, Any]:
         ExpectationConfiguration,
     )
 
-    out = {k: raw[k] for k in ("success", "suite_name", "statistics", "meta") if k in raw}
+    out: dict[str, Any] = {
+        k: raw[k] for k in ("success", "suite_name", "statistics", "meta") if k in raw
+    }
     out["results"] = [
         ExpectationValidationResult(
             success=r.get("success"), result=r.get("result") or {}, meta=r.get("meta") or {},

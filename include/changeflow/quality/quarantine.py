@@ -23,7 +23,7 @@ RESULT_FILE = "_validation.json"
 
 
 def _fs(spark: SparkSession, uri: str) -> tuple[Any, Any]:
-    jvm = spark.sparkContext._jvm  # type: ignore[attr-defined]
+    jvm: Any = spark.sparkContext._jvm
     conf = spark.sparkContext._jsc.hadoopConfiguration()  # type: ignore[attr-defined]
     path = jvm.org.apache.hadoop.fs.Path(uri)
     return path.getFileSystem(conf), path

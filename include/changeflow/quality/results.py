@@ -113,7 +113,8 @@ def record(store: StateStore, **values: Any) -> int:
         "created_at": utcnow(),
     }
     with store.begin() as conn:
-        return int(conn.execute(results.insert().values(**row)).inserted_primary_key[0])
+        key: Any = conn.execute(results.insert().values(**row)).inserted_primary_key
+        return int(key[0])
 
 
 def prior_watermarks(store: StateStore, queue: str, producer: str) -> dict[str, int]:

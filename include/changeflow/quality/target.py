@@ -11,7 +11,8 @@ every table it builds three small fact sets and validates a suite on each:
   declared in the table's manifest;
 * ``target_counts``: one row per table: rows before + inserts − deletes = rows after
   (inserts and deletes counted from the applied LCRs; an UPDATE that moves a key
-  counts as both).
+  counts as both; a replayed LCR whose exact image the table already holds counts as
+  neither, since applying the same LCR twice does no harm).
 """
 
 from __future__ import annotations
@@ -29,7 +30,7 @@ from changeflow.quality.policy import QualityError, QualityReport, blocking_poli
 from changeflow.quality.validator import validate
 
 if TYPE_CHECKING:
-    from pyspark.sql import DataFrame, SparkSession
+    from pyspark.sql import Column, DataFrame, SparkSession
 
 Written = list[tuple[TargetTable, list[FileEntry]]]
 Writes = Sequence[tuple[Any, ...]]  # (table, files, ...) as the apply engine returns them
@@ -59,19 +60,46 @@ def _row_facts(table: TargetTable, after: DataFrame) -> DataFrame:
     )
 
 
-def _lcr_counts(changes: DataFrame) -> dict[str, tuple[int, int, int]]:
-    """Per target table: (INSERTs, DELETEs, key-moving UPDATEs) among the applied LCRs."""
+def _key(table: TargetTable, side: str) -> list[Column]:
+    """The key columns of a table, read from an LCR's old or new value map."""
     from pyspark.sql import functions as F
 
+    types = dict(table.columns)
+    out = []
+    for k in table.key_columns:
+        lt = lcr.LOGICAL_TYPES[types[k]]
+        out.append(F.col(side).getItem(k.upper()).getField(lt.field).cast(lt.spark_type)
+                   .alias(k))
+    return out
+
+
+def _lcr_counts(table: TargetTable, changes: DataFrame, before: DataFrame | None
+                ) -> tuple[int, int, int]:
+    """(INSERTs, DELETEs, key-moving UPDATEs) among one table's applied LCRs.
+
+    An INSERT or DELETE whose exact image (key, commit position, position, deleted) is
+    already in the table's files is a replay, which changes nothing: it is not counted,
+    so applying the same LCR twice still reconciles.
+    """
+    from pyspark.sql import functions as F
+
+    owner, name = table.name.upper().split(".", 1)
+    mine = changes.where((F.upper("object_owner") == owner) & (F.upper("object_name") == name))
     cmd = F.col("command_type")
-    old_key = F.transform("key_columns", lambda k: F.col("old_values")[k])
-    new_key = F.transform("key_columns", lambda k: F.col("new_values")[k])
-    moved = (cmd == "UPDATE") & F.col("old_values").isNotNull() & ~old_key.eqNullSafe(new_key)
-    rows = changes.groupBy(F.lower(F.concat_ws(".", "object_owner", "object_name")).alias("t")) \
-        .agg(F.sum((cmd == "INSERT").cast("long")).alias("i"),
-             F.sum((cmd == "DELETE").cast("long")).alias("d"),
-             F.sum(moved.cast("long")).alias("m")).collect()
-    return {r.t: (int(r.i or 0), int(r.d or 0), int(r.m or 0)) for r in rows}
+    meta = [F.col("commit_scn").alias("_cf_scn"), F.col("position").alias("_cf_pos")]
+    ins = mine.where(cmd == "INSERT").select(*_key(table, "new_values"), *meta,
+                                             F.lit(False).alias("_cf_deleted"))
+    dels = mine.where(cmd == "DELETE").select(*_key(table, "old_values"), *meta,
+                                              F.lit(True).alias("_cf_deleted"))
+    on = [*table.key_columns, "_cf_scn", "_cf_pos", "_cf_deleted"]
+    if before is not None:
+        seen = before.select(*on)
+        ins, dels = (df.join(seen, on, "left_anti") for df in (ins, dels))
+    old_key = F.array(*_key(table, "old_values"))
+    new_key = F.array(*_key(table, "new_values"))
+    moved = mine.where((cmd == "UPDATE") & F.col("old_values").isNotNull()
+                       & ~old_key.eqNullSafe(new_key)).count()
+    return ins.count(), dels.count(), moved
 
 
 def _facts(spark: SparkSession, catalog: TargetCatalog, written: Written,
@@ -79,7 +107,6 @@ def _facts(spark: SparkSession, catalog: TargetCatalog, written: Written,
     """The three fact sets: rows after (touched buckets), declared columns, row counts."""
     from functools import reduce
 
-    counts = _lcr_counts(changes)
     row_parts, col_rows, count_rows = [], [], []
     for table, files in written:
         touched = {f.bucket for f in files}
@@ -88,7 +115,8 @@ def _facts(spark: SparkSession, catalog: TargetCatalog, written: Written,
         before = _state(spark, table, old).count()
         after = _state(spark, table, old + new)
         n_after = after.count()
-        ins, dels, moved = counts.get(table.name, (0, 0, 0))
+        raw = spark.read.schema(table.spark_schema()).parquet(*old) if old else None
+        ins, dels, moved = _lcr_counts(table, changes, raw)
         count_rows.append((table.name, before, ins + moved, dels + moved, n_after,
                            before + ins - dels))
         row_parts.append(_row_facts(table, after))
