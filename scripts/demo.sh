@@ -28,4 +28,7 @@ if [ $rc -ne 0 ] || ! grep -q "DagRun Finished: dag_id=changeflow_demo__pipeline
   exit 1
 fi
 CHANGEFLOW_CONFIG=config/demo.yaml changeflow queues list
+echo "data-quality checks (latest result per stage; Data Docs: work/data-docs/):"
+CHANGEFLOW_CONFIG=config/demo.yaml changeflow quality latest
+CHANGEFLOW_CONFIG=config/demo.yaml changeflow quality docs >/dev/null
 echo "demo PASSED: every target table equals the source's final state"

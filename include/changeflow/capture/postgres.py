@@ -36,6 +36,7 @@ from changeflow.config import CaptureSpec, PipelineConfig, PostgresSource
 from changeflow.errors import ConfigError
 from changeflow.pgconn import connect, resolve_url
 from changeflow.queues import arrow_io
+from changeflow.queues.catalog import NewBatch
 from changeflow.sites import SiteRuntime, open_pipeline, queue_site
 from changeflow.state import schema, utcnow
 
@@ -115,13 +116,34 @@ def _filter(
     return rule_filter(df).toArrow()
 
 
+BatchCheck = Callable[[NewBatch], object]
+
+
+def _quality_check(
+    spark: SparkSession | None, cfg: PipelineConfig, spec: CaptureSpec
+) -> BatchCheck | None:
+    """The quality check of captured batches (it runs in Spark: none without a session)."""
+    if spark is None or not cfg.quality.enabled:
+        return None
+    from changeflow import quality
+
+    def check(batch: NewBatch) -> object:
+        return quality.check_batch(spark, cfg, stage=f"capture:{spec.name}", batch=batch,
+                                   queue=spec.queue)
+
+    return check
+
+
 def _enqueue(
-    rt: SiteRuntime, queue: str, spec: CaptureSpec, table: pa.Table, last_lsn: int
+    rt: SiteRuntime, queue: str, spec: CaptureSpec, table: pa.Table, last_lsn: int,
+    check: BatchCheck | None = None,
 ) -> int:
-    """Write and commit one batch with the capture position. Returns messages enqueued."""
+    """Write, check and commit one batch with the capture position. Returns messages enqueued."""
     dedup = f"pgcapture:{spec.name}:{pg_decode.int_to_lsn(last_lsn)}"
     batch = arrow_io.write_arrow_batch(rt.catalog, queue, table, producer=f"capture:{spec.name}",
                                        dedup_key=dedup)
+    if check is not None and batch is not None:
+        check(batch)  # data-quality checks on the written, not yet visible batch
     with rt.store.begin() as conn:
         seq = rt.catalog.commit_batch(queue, batch, conn) if batch is not None else None
         _record_position(conn, spec, last_lsn)
@@ -141,6 +163,7 @@ def capture_step(
     *,
     spark: SparkSession | None = None,
     rule_filter: RuleFilter | None = None,
+    check: BatchCheck | None = None,
 ) -> int:
     """Peek, enqueue and acknowledge one batch. Returns how many rows the slot gave."""
     src = pg_source(spec)
@@ -151,7 +174,7 @@ def capture_step(
     # written; the cyclic GC would rescan them over and over for nothing.
     gc.disable()
     try:
-        return _capture_rows(reader, rt, queue, spec, result, rows, spark, rule_filter)
+        return _capture_rows(reader, rt, queue, spec, result, rows, spark, rule_filter, check)
     finally:
         gc.enable()
 
@@ -159,7 +182,7 @@ def capture_step(
 def _capture_rows(
     reader: SlotReader, rt: SiteRuntime, queue: str, spec: CaptureSpec,
     result: PgCaptureResult, rows: list[tuple[str, str, str]],
-    spark: SparkSession | None, rule_filter: RuleFilter | None,
+    spark: SparkSession | None, rule_filter: RuleFilter | None, check: BatchCheck | None = None,
 ) -> int:
     src = pg_source(spec)
     done = recorded_position(rt, spec) or 0
@@ -177,7 +200,7 @@ def _capture_rows(
         result.transactions += 1
     if last > done:
         table = _filter(spark, builder.to_arrow(), rule_filter)
-        result.messages += _enqueue(rt, queue, spec, table, last)
+        result.messages += _enqueue(rt, queue, spec, table, last, check)
         result.batches += 1
         result.last_lsn = pg_decode.int_to_lsn(last)
     reader.advance(last)
@@ -231,7 +254,7 @@ def run_pg_capture(
         reader.open(recorded_position(rt, spec))
         while max_batches is None or result.batches < max_batches:
             n = capture_step(reader, rt, queue, spec, result, spark=spark,
-                             rule_filter=rule_filter)
+                             rule_filter=rule_filter, check=_quality_check(spark, cfg, spec))
             elapsed = time.monotonic() - started
             if max_seconds is not None and elapsed >= max_seconds:
                 break
