@@ -95,8 +95,9 @@ def _lcr_counts(table: TargetTable, changes: DataFrame, before: DataFrame | None
     if before is not None:
         seen = before.select(*on)
         ins, dels = (df.join(seen, on, "left_anti") for df in (ins, dels))
-    old_key = F.array(*_key(table, "old_values"))
-    new_key = F.array(*_key(table, "new_values"))
+    # A struct, not an array: key columns may have different types.
+    old_key = F.struct(*_key(table, "old_values"))
+    new_key = F.struct(*_key(table, "new_values"))
     moved = mine.where((cmd == "UPDATE") & F.col("old_values").isNotNull()
                        & ~old_key.eqNullSafe(new_key)).count()
     return ins.count(), dels.count(), moved

@@ -156,3 +156,20 @@ def test_apply_rewrites_only_touched_buckets(spark, pipeline, snapshot) -> None:
     assert len(added) == 1 and added[0].kind == "delta"  # one change, one bucket, one small file
     assert before <= {f.path for f in after}  # no existing file was rewritten
     assert target(spark, pipeline, "hr.regions")[0] == (1, "changed")
+
+
+def test_composite_key_of_mixed_types(spark, pipeline, snapshot, tmp_path) -> None:  # type: ignore[no-untyped-def]
+    """A (number, date) key like hr.job_history's, through capture, checks and apply."""
+    text = open(pipeline.source_path).read().replace(
+        "{name: hr.staff, key: [staff_id]}", "{name: hr.job_history, key: [employee_id, start_date]}")
+    open(pipeline.source_path, "w").write(text)
+    from changeflow.config import load_config
+
+    cfg = load_config(pipeline.source_path)
+    ddl = "employee_id int, start_date date, job_id string"
+    d1, d2 = dt.date(2020, 1, 1), dt.date(2021, 6, 1)
+    snapshot("hr.job_history", 1, [(101, d1, "IT_PROG"), (101, d2, "SA_REP"), (102, d1, "AD_VP")], ddl)
+    run_all(spark, cfg)
+    snapshot("hr.job_history", 2, [(101, d1, "IT_PROG"), (101, d2, "SA_MAN")], ddl)
+    run_all(spark, cfg)
+    assert target(spark, cfg, "hr.job_history") == [(101, d1, "IT_PROG"), (101, d2, "SA_MAN")]
