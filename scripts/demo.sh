@@ -20,11 +20,11 @@ set +e
 airflow dags test changeflow_demo__pipeline >"$LOG" 2>&1
 rc=$?
 set -e
-grep -E "verification:|  OK |DIFFERS|^table" "$LOG" | sed -E 's/^.*\[info +\] //; s/ \[airflow\.task.*$//' || true
-if [ $rc -ne 0 ] || ! grep -q "DagRun Finished: dag_id=changeflow_demo__pipeline.*state=success" "$LOG" \
-   || ! grep -q "verification: PASSED" "$LOG"; then
+grep -a -E "verification:|  OK |DIFFERS|^table| table +source" "$LOG" | sed -E 's/^.*\[info +\] //; s/ \[airflow\.task.*$//' || true
+if [ $rc -ne 0 ] || ! grep -aq "DagRun Finished: dag_id=changeflow_demo__pipeline.*state=success" "$LOG" \
+   || ! grep -aq "verification: PASSED" "$LOG"; then
   echo "demo FAILED: see $LOG" >&2
-  grep -E "ERROR|error:" "$LOG" | tail -20 >&2 || true
+  grep -a -E "ERROR|error:" "$LOG" | tail -20 >&2 || true
   exit 1
 fi
 CHANGEFLOW_CONFIG=config/demo.yaml changeflow queues list
