@@ -21,7 +21,6 @@ from sqlalchemy import (
     BigInteger,
     Column,
     DateTime,
-    Integer,
     MetaData,
     String,
     Table,
@@ -34,12 +33,11 @@ from changeflow.config import PipelineConfig
 from changeflow.state import StateStore, schema, utcnow
 
 metadata = MetaData()
-_Id = BigInteger().with_variant(Integer(), "sqlite")
 
 results = Table(
     "cf_quality_results",
     metadata,
-    Column("id", _Id, primary_key=True, autoincrement=True),
+    Column("id", schema.ID, primary_key=True, autoincrement=True),
     Column("stage", String(300), nullable=False, index=True),
     Column("subject", String(300), nullable=False),
     Column("producer", String(300)),

@@ -33,10 +33,9 @@ from sqlalchemy.engine import Connection
 
 from changeflow.errors import ConfigError
 from changeflow.schedules import model
-from changeflow.state import StateStore, utcnow
+from changeflow.state import StateStore, schema, utcnow
 
 metadata = MetaData()
-_Id = BigInteger().with_variant(Integer(), "sqlite")
 
 schedules = Table(
     "cf_schedules",
@@ -70,7 +69,7 @@ schedules = Table(
 undeliverable = Table(
     "cf_undeliverable",
     metadata,
-    Column("id", _Id, primary_key=True, autoincrement=True),
+    Column("id", schema.ID, primary_key=True, autoincrement=True),
     Column("propagation", String(200), nullable=False, index=True),
     Column("source_queue", String(200), nullable=False),
     Column("exception_queue", String(200), nullable=False),

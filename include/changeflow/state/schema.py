@@ -24,7 +24,7 @@ from sqlalchemy import (
 metadata = MetaData()
 
 # BigInteger autoincrement is not an alias of ROWID on SQLite; Integer is, and is 64-bit there.
-_Id = BigInteger().with_variant(Integer(), "sqlite")
+ID = BigInteger().with_variant(Integer(), "sqlite")
 
 queues = Table(
     "cf_queues",
@@ -40,7 +40,7 @@ queues = Table(
 queue_batches = Table(
     "cf_queue_batches",
     metadata,
-    Column("seq", _Id, primary_key=True, autoincrement=True),
+    Column("seq", ID, primary_key=True, autoincrement=True),
     Column("queue", String(200), nullable=False, index=True),
     Column("batch_id", String(64), nullable=False, unique=True),
     Column("path", Text, nullable=False),
@@ -122,7 +122,7 @@ target_files = Table(
 apply_errors = Table(
     "cf_apply_errors",
     metadata,
-    Column("id", _Id, primary_key=True, autoincrement=True),
+    Column("id", ID, primary_key=True, autoincrement=True),
     Column("apply", String(200), nullable=False, index=True),
     Column("source_database", String(300)),
     Column("transaction_id", String(300)),
