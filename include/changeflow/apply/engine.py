@@ -73,19 +73,28 @@ def unapplied(df: DataFrame, marks: dict[str, int]) -> DataFrame:
     return rows.where(cond)
 
 
-def table_columns(changes: DataFrame) -> dict[str, tuple[list[str], list[tuple[str, str]]]]:
-    """Per target table: key columns and (column, logical type), from the LCRs themselves."""
+Columns = dict[str, tuple[list[str], list[tuple[str, str]]]]
+Marks = dict[str, tuple[int, object]]
+
+
+def survey(changes: DataFrame) -> tuple[Columns, Marks]:
+    """One pass over the changes: per target table its key columns and (column, logical
+    type) in source order; per source database the highest commit position and time.
+    """
     from pyspark.sql import functions as F
 
     # Columns keep the order in which the source listed them (the maps keep insertion order).
     entries = changes.select(
-        "object_owner", "object_name", "key_columns",
+        "object_owner", "object_name", "key_columns", "source_database_name", "commit_scn",
+        "commit_time",
         F.posexplode(F.map_entries(F.coalesce("new_values", "old_values"))).alias("pos", "e"),
     ).groupBy(
-        "object_owner", "object_name", "key_columns",
+        "object_owner", "object_name", "key_columns", "source_database_name",
         F.col("e.key").alias("col"), F.col("e.value.type").alias("type"),
-    ).agg(F.min("pos").alias("pos")).collect()
-    out: dict[str, tuple[list[str], list[tuple[str, str]]]] = {}
+    ).agg(F.min("pos").alias("pos"), F.max("commit_scn").alias("scn"),
+          F.max("commit_time").alias("t")).collect()
+    out: Columns = {}
+    marks: Marks = {}
     for r in sorted(entries, key=lambda r: (r.object_owner, r.object_name, r.pos, r.col)):
         name = f"{r.object_owner}.{r.object_name}".lower()
         keys, cols = out.setdefault(name, ([k.lower() for k in (r.key_columns or [])], []))
@@ -93,7 +102,15 @@ def table_columns(changes: DataFrame) -> dict[str, tuple[list[str], list[tuple[s
             keys.extend(k.lower() for k in r.key_columns)
         if r.col.lower() not in {c for c, _ in cols}:
             cols.append((r.col.lower(), r.type))
-    return out
+        best = marks.get(r.source_database_name)
+        if best is None or (r.scn, r.t) > best:
+            marks[r.source_database_name] = (r.scn, r.t)
+    return out, marks
+
+
+def table_columns(changes: DataFrame) -> Columns:
+    """Per target table: key columns and (column, logical type), from the LCRs themselves."""
+    return survey(changes)[0]
 
 
 def row_images(changes: DataFrame, table: TargetTable) -> DataFrame:
@@ -126,20 +143,15 @@ def row_images(changes: DataFrame, table: TargetTable) -> DataFrame:
     return upserts.unionByName(deletes)
 
 
-def _record_marks(conn: object, apply: str, changes: DataFrame) -> None:
-    from pyspark.sql import functions as F
-
-    marks = changes.groupBy("source_database_name").agg(
-        F.max("commit_scn").alias("scn"), F.max("commit_time").alias("t")
-    ).collect()
-    for m in marks:
-        key = (P.c.apply == apply) & (P.c.source_database == m.source_database_name)
-        vals = {"commit_scn": m.scn, "commit_time": m.t, "updated_at": utcnow()}
+def _record_marks(conn: object, apply: str, marks: Marks) -> None:
+    for source, (scn, when) in marks.items():
+        key = (P.c.apply == apply) & (P.c.source_database == source)
+        vals = {"commit_scn": scn, "commit_time": when, "updated_at": utcnow()}
         if conn.execute(select(P.c.commit_scn).where(key)).first():  # type: ignore[attr-defined]
             conn.execute(P.update().where(key).values(**vals))  # type: ignore[attr-defined]
         else:
-            conn.execute(P.insert().values(apply=apply, source_database=m.source_database_name,  # type: ignore[attr-defined]
-                                           **vals))
+            conn.execute(P.insert().values(  # type: ignore[attr-defined]
+                apply=apply, source_database=source, **vals))
 
 
 def apply_once(
@@ -163,13 +175,14 @@ def apply_once(
     changes = unapplied(df, high_water_marks(cfg, spec)).persist()
     try:
         with qio.guard(batches):
-            written = _write_tables(spark, catalog, spec, changes)
+            columns, marks = survey(changes)
+            written = _write_tables(spark, catalog, spec, changes, columns)
         quality.check_target(spark, cfg, stage=f"apply:{name}", catalog=catalog,
                              written=written, changes=changes)
         with rt.store.begin() as conn:
             for table, files, _ in written:
                 catalog.commit(conn, table, files)
-            _record_marks(conn, name, changes)
+            _record_marks(conn, name, marks)
             rt.catalog.ack(queue, consumer, batches[-1].seq, conn)
     finally:
         changes.unpersist()
@@ -186,7 +199,8 @@ def apply_once(
 
 
 def _write_tables(
-    spark: SparkSession, catalog: TargetCatalog, spec: ApplySpec, changes: DataFrame
+    spark: SparkSession, catalog: TargetCatalog, spec: ApplySpec, changes: DataFrame,
+    columns: Columns,
 ) -> list[tuple[TargetTable, list[FileEntry], int]]:
     """Write every touched table's delta; tables are written concurrently (one job each)."""
     from concurrent.futures import ThreadPoolExecutor
@@ -195,7 +209,7 @@ def _write_tables(
 
     tag = uuid.uuid4().hex[:12]
     plans = []
-    for name, (keys, cols) in table_columns(changes).items():
+    for name, (keys, cols) in columns.items():
         if not keys:
             raise TargetError(f"target table {name}: the LCRs carry no key columns")
         table = catalog.evolve(name, keys, cols, spec.buckets)

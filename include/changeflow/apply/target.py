@@ -171,7 +171,11 @@ def bucket_of(df: DataFrame, keys: list[str], buckets: int) -> DataFrame:
 def write_files(
     spark: SparkSession, table: TargetTable, rows: DataFrame, kind: str, tag: str
 ) -> tuple[list[FileEntry], int]:
-    """Write rows (with ``_cf_*`` columns) as new files, one per bucket touched.
+    """Write rows (with ``_cf_*`` columns) as new files, per bucket touched.
+
+    A base (compaction) is shuffled so each bucket gets one file; a delta is written
+    without a shuffle (a few files per bucket), since its rows are few and it is read
+    again only until the next compaction.
 
     Returns:
         The new files (sizes in bytes) and the number of rows written.
@@ -186,7 +190,11 @@ def write_files(
     )
     obs = Observation(f"write_{tag}_{table.name}")
     data = data.observe(obs, F.count(F.lit(1)).alias("n"))
-    data.repartition(F.col(BUCKET)).write.partitionBy(BUCKET).parquet(path)
+    if kind == "base":
+        laid_out = data.repartition(F.col(BUCKET))
+    else:  # at most 8 files per bucket, without a shuffle
+        laid_out = data.coalesce(8).sortWithinPartitions(BUCKET)
+    laid_out.write.partitionBy(BUCKET).parquet(path)
     out = []
     for file, size in fs.data_files(spark, path):
         m = _BUCKET_DIR.search(file)
@@ -229,7 +237,7 @@ def read_table(
 def buckets_to_compact(
     files: list[FileEntry], *, ratio: float = 0.5, max_deltas: int = 8
 ) -> list[int]:
-    """Buckets whose deltas outgrew their base (bytes) or are too many files.
+    """Buckets whose deltas outgrew their base (bytes) or are too many versions.
 
     >>> f = [FileEntry("a", 0, 1, "base", 100), FileEntry("b", 0, 2, "delta", 80),
     ...      FileEntry("c", 1, 1, "base", 100), FileEntry("d", 1, 2, "delta", 10)]
@@ -244,7 +252,7 @@ def buckets_to_compact(
         base = sum(f.n_bytes for f in fl if f.kind == "base")
         deltas = [f for f in fl if f.kind == "delta"]
         grown = base > 0 and sum(f.n_bytes for f in deltas) > ratio * base
-        if len(deltas) > max_deltas or grown:
+        if len({f.version for f in deltas}) > max_deltas or grown:
             out.append(b)
     return out
 
