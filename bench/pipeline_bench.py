@@ -160,7 +160,7 @@ def apply(spark: SparkSession, n_rows: int, n_changes: int) -> dict:
     from changeflow.queues import io as qio
     from changeflow.sites import open_pipeline, queue_site
 
-    buckets = 64
+    buckets = 16  # the default of an apply
     with tempfile.TemporaryDirectory(prefix="apply-bench-") as tmp:
         root = Path(tmp)
         cfg = _config(root, buckets)

@@ -80,28 +80,31 @@ Marks = dict[str, tuple[int, object]]
 def survey(changes: DataFrame) -> tuple[Columns, Marks]:
     """One pass over the changes: per target table its key columns and (column, logical
     type) in source order; per source database the highest commit position and time.
+
+    Rows are grouped by their *shape* (the names and types of their values), of which a
+    batch holds a handful, so the pass costs a hash aggregate, not an explode.
     """
     from pyspark.sql import functions as F
 
-    # Columns keep the order in which the source listed them (the maps keep insertion order).
-    entries = changes.select(
-        "object_owner", "object_name", "key_columns", "source_database_name", "commit_scn",
-        "commit_time",
-        F.posexplode(F.map_entries(F.coalesce("new_values", "old_values"))).alias("pos", "e"),
-    ).groupBy(
+    values = F.coalesce("new_values", "old_values")
+    shapes = changes.groupBy(
         "object_owner", "object_name", "key_columns", "source_database_name",
-        F.col("e.key").alias("col"), F.col("e.value.type").alias("type"),
-    ).agg(F.min("pos").alias("pos"), F.max("commit_scn").alias("scn"),
-          F.max("commit_time").alias("t")).collect()
+        F.map_keys(values).alias("cols"),
+        F.transform(F.map_values(values), lambda v: v.getField("type")).alias("types"),
+    ).agg(F.max("commit_scn").alias("scn"), F.max("commit_time").alias("t")).collect()
     out: Columns = {}
     marks: Marks = {}
-    for r in sorted(entries, key=lambda r: (r.object_owner, r.object_name, r.pos, r.col)):
+    for r in sorted(shapes, key=lambda r: (r.object_owner, r.object_name)):
         name = f"{r.object_owner}.{r.object_name}".lower()
-        keys, cols = out.setdefault(name, ([k.lower() for k in (r.key_columns or [])], []))
+        keys, cols = out.setdefault(name, ([], []))
         if not keys and r.key_columns:
             keys.extend(k.lower() for k in r.key_columns)
-        if r.col.lower() not in {c for c, _ in cols}:
-            cols.append((r.col.lower(), r.type))
+        known = {c for c, _ in cols}
+        # The maps keep insertion order, so columns keep the order the source listed them.
+        for col, ltype in zip(r.cols or [], r.types or [], strict=True):
+            if col.lower() not in known:
+                cols.append((col.lower(), ltype))
+                known.add(col.lower())
         best = marks.get(r.source_database_name)
         if best is None or (r.scn, r.t) > best:
             marks[r.source_database_name] = (r.scn, r.t)
