@@ -2,8 +2,9 @@
 
 A target table is a set of Parquet files listed in a manifest in the state store.
 Rows are spread over ``buckets`` by a hash of the primary key. Each apply writes a
-*delta*: one file per touched bucket holding the new row images and delete
-tombstones, stamped with their source commit position (``_cf_scn``, ``_cf_pos``).
+*delta*: a few files per touched bucket (written without a shuffle) holding the new
+row images and delete tombstones, stamped with their source commit position
+(``_cf_scn``, ``_cf_pos``).
 Reading the current state keeps, per key, the row with the highest position and
 drops tombstones. So an apply of N changes writes about N rows, whatever the size
 of the table, and applying the same LCR twice resolves to the same row.
