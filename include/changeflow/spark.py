@@ -9,6 +9,11 @@ if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
 
+# Whole-stage generated code for a large rule set can exceed 8,000 bytes of bytecode per
+# method, which HotSpot otherwise never compiles: it would run in the interpreter.
+JIT_OPTIONS = "-XX:-DontCompileHugeMethods"
+
+
 def get_session(app_name: str = "changeflow", *, master: str | None = None) -> SparkSession:
     """Return the active SparkSession, or build one with changeflow's settings.
 
@@ -33,7 +38,12 @@ def get_session(app_name: str = "changeflow", *, master: str | None = None) -> S
         .config("spark.sql.sources.partitionOverwriteMode", "dynamic")
         .config("spark.sql.parquet.outputTimestampType", "TIMESTAMP_MICROS")
         .config("spark.driver.memory", os.environ.get("CHANGEFLOW_DRIVER_MEMORY", "4g"))
+        # Row migration overlays old values with new ones with a plain map_concat, which
+        # stays in generated code (see rules.migration.merged_values).
+        .config("spark.sql.mapKeyDedupPolicy", "LAST_WIN")
     )
+    if not _conf().get("spark.driver.extraJavaOptions"):
+        builder = builder.config("spark.driver.extraJavaOptions", JIT_OPTIONS)
     return builder.getOrCreate()
 
 

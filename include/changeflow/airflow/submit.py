@@ -14,6 +14,11 @@ DEFAULT_CONF: dict[str, str] = {
     "spark.sql.session.timeZone": "UTC",
     "spark.sql.shuffle.partitions": "4",
     "spark.ui.enabled": "false",
+    # See changeflow.spark: huge generated methods of large rule sets get JIT-compiled,
+    # and row migration's map overlay stays in generated code.
+    "spark.driver.extraJavaOptions": "-XX:-DontCompileHugeMethods",
+    "spark.executor.extraJavaOptions": "-XX:-DontCompileHugeMethods",
+    "spark.sql.mapKeyDedupPolicy": "LAST_WIN",
 }
 
 

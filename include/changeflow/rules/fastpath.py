@@ -23,6 +23,7 @@ evaluated for every message.
 
 from __future__ import annotations
 
+import functools
 import itertools
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
@@ -51,9 +52,10 @@ _MEMBER_DIMS = {
 }
 _DIM_MEMBER = {v: k for k, v in _MEMBER_DIMS.items()}
 MAX_ALTERNATIVES = 64
-SEP, NULL_MARK = "\x1f", "\x00"
+NULL_MARK = "\x00"  # a NULL dimension, in keys
 
 Alternative = dict[str, str]
+Key = tuple[str, ...]  # a pattern (dimension names) or a key (their values)
 
 
 def analyze(tree: A.Node) -> tuple[list[Alternative], list[A.Node]]:
@@ -142,13 +144,13 @@ def pattern_of(alt: Alternative) -> tuple[str, ...]:
     return tuple(d for d in DIMS if d in alt)
 
 
-def key_of(alt: Alternative, pattern: tuple[str, ...]) -> str:
+def key_of(alt: Alternative, pattern: tuple[str, ...]) -> tuple[str, ...]:
     """The lookup key of an alternative (or of a message's dimensions) for a pattern.
 
-    >>> key_of({"kind": "ROW", "object_owner": "HR"}, ("kind", "object_owner"))
-    'ROW\\x1fHR'
+    >>> key_of({"kind": "ROW", "object_owner": None}, ("kind", "object_owner"))
+    ('ROW', '\\x00')
     """
-    return SEP.join(NULL_MARK if alt.get(d) is None else str(alt[d]) for d in pattern)
+    return tuple(NULL_MARK if alt.get(d) is None else str(alt[d]) for d in pattern)
 
 
 def message_dims(message: Mapping[str, Any]) -> dict[str, Any]:
@@ -170,8 +172,8 @@ class IndexedRule:
 class RuleIndex:
     """The analysed form of a list of rules (see the module docstring)."""
 
-    simple: dict[tuple[str, ...], set[str]] = field(default_factory=dict)
-    indexed: dict[tuple[str, ...], dict[str, list[IndexedRule]]] = field(default_factory=dict)
+    simple: dict[Key, set[Key]] = field(default_factory=dict)
+    indexed: dict[Key, dict[Key, list[IndexedRule]]] = field(default_factory=dict)
     residual: list[Rule] = field(default_factory=list)
     size: int = 0
 
@@ -225,6 +227,141 @@ class RuleIndex:
 
 
 # -- Spark backend ---------------------------------------------------------------------
+# Columns the lookup joins add while a rule set is evaluated; dropped before returning.
+LOOKUP_PREFIX = "__cf_rules_"
+
+
+@dataclass
+class _Member:
+    """A complex rule evaluated for the messages of one key: the rule and what is left."""
+
+    rule: Rule
+    node: A.Node
+
+
+@dataclass
+class _Group:
+    """Complex rules of one shape under one pattern, at most one per key.
+
+    With several members the rule is compiled once; its literals become columns of the
+    lookup table (``slots``: how each is stored and cast), so each key brings its own.
+    """
+
+    members: dict[tuple[str, ...], _Member] = field(default_factory=dict)
+
+    @property
+    def first(self) -> _Member:
+        return next(iter(self.members.values()))
+
+    @property
+    def slots(self) -> list[A.Literal]:
+        """The literals of the first member; a single-member group keeps them inline."""
+        return _literals(self.first.node) if len(self.members) > 1 else []
+
+
+@dataclass
+class _Lookup:
+    """One broadcast lookup table: the keys of one pattern.
+
+    Columns: the key dimensions ``k<i>``; ``hit``, TRUE when a simple rule matches the
+    key; per complex group ``j``, ``g<j>`` (TRUE when the group has a rule for the key)
+    and its literal parameters ``g<j>_p<i>``.
+    """
+
+    pattern: tuple[str, ...]
+    hits: set[tuple[str, ...]] = field(default_factory=set)
+    groups: list[_Group] = field(default_factory=list)
+
+    def add(self, key: tuple[str, ...], member: _Member) -> None:
+        """Put a complex rule in the first group of its shape not holding its key yet."""
+        shape = _member_shape(member)
+        for group in self.groups:
+            if key not in group.members and _member_shape(group.first) == shape:
+                group.members[key] = member
+                return
+        self.groups.append(_Group({key: member}))
+
+    def table(self, name: str) -> Any:
+        """The lookup table as a pyarrow Table (keys sorted), column names prefixed."""
+        import pyarrow as pa
+
+        from changeflow.rules.spark_compile import literal_parameter
+
+        keys = sorted(set(self.hits).union(*(g.members for g in self.groups)))
+        columns: dict[str, tuple[Any, list[Any]]] = {}
+        for i in range(len(self.pattern)):
+            columns[f"{name}k{i}"] = (pa.string(), [k[i] for k in keys])
+        columns[f"{name}hit"] = (pa.bool_(), [k in self.hits for k in keys])
+        for j, group in enumerate(self.groups):
+            columns[f"{name}g{j}"] = (pa.bool_(), [k in group.members for k in keys])
+            for i, slot in enumerate(group.slots):
+                stored = literal_parameter(slot)[0]
+                values = [
+                    literal_parameter(_literals(group.members[k].node)[i])[1]
+                    if k in group.members else None
+                    for k in keys
+                ]
+                columns[f"{name}g{j}_p{i}"] = (pa.binary() if stored == "binary"
+                                               else pa.string(), values)  # fmt: skip
+        return pa.table({c: pa.array(v, type=t) for c, (t, v) in columns.items()})
+
+
+def _member_shape(member: _Member) -> Any:
+    # Rules reading :msg payload fields are never shared (their literals compare by
+    # the field's runtime type): each is its own shape.
+    msg = any(isinstance(n, A.MsgField) for n in member.node.walk())
+    return (id(member) if msg else _shape(member.node), member.rule.subset_action)
+
+
+@dataclass
+class SparkPlan:
+    """How a :class:`RuleIndex` is evaluated in Spark: lookup joins plus residual rules."""
+
+    lookups: list[_Lookup]
+    residual: list[Rule]
+    _frames: dict[int, tuple[Any, list[Any]]] = field(default_factory=dict, repr=False)
+
+    @classmethod
+    def build(cls, index: RuleIndex) -> SparkPlan:
+        """Group the index by pattern, one lookup table each.
+
+        A complex rule whose key fixes more dimensions than some simple pattern is keyed
+        on that pattern instead, its extra dimensions tested with the rest of it, so one
+        join serves both.
+        """
+        lookups = {p: _Lookup(p, set(keys)) for p, keys in index.simple.items()}
+        coarse = sorted(lookups, key=lambda p: (-len(p), p))
+        for pattern, keyed in sorted(index.indexed.items()):
+            target = next((p for p in coarse if set(p) <= set(pattern)), pattern)
+            lookup = lookups.setdefault(target, _Lookup(target))
+            for value, rules in sorted(keyed.items()):
+                fixed = dict(zip(pattern, value, strict=True))
+                key = tuple(fixed[d] for d in target)
+                extra = [_dim_test(d, fixed[d]) for d in pattern if d not in target]
+                for ir in rules:
+                    node = ir.rest if not extra else A.And((*extra, ir.rest))
+                    lookup.add(key, _Member(ir.rule, node))
+        return cls([lookups[p] for p in sorted(lookups)], list(index.residual))
+
+    def frames(self, spark: Any) -> list[Any]:
+        """The lookup tables as small DataFrames of ``spark`` (local relations), built once."""
+        cached = self._frames.get(id(spark))
+        if cached is not None and cached[0] is spark:
+            return cached[1]
+        frames = [
+            spark.createDataFrame(lookup.table(f"{LOOKUP_PREFIX}{n}_"))
+            for n, lookup in enumerate(self.lookups)
+        ]
+        self._frames[id(spark)] = (spark, frames)
+        return frames
+
+
+def _dim_test(dim: str, value: str) -> A.Node:
+    """The condition ``<member of dim> = value`` (what a key dimension stands for)."""
+    literal = A.Literal(None if value == NULL_MARK else value, A.VARCHAR2)
+    return A.Compare("=", A.Member("lcr", _DIM_MEMBER[dim]), literal)
+
+
 def _dim_column(dim: str) -> Any:
     from pyspark.sql import functions as F
 
@@ -233,43 +370,74 @@ def _dim_column(dim: str) -> Any:
     return F.coalesce(F.col(dim), F.lit(NULL_MARK))
 
 
-def key_column(pattern: tuple[str, ...]) -> Any:
-    """The message's lookup key for a pattern, as a Spark string column."""
-    from pyspark.sql import functions as F
-
-    cols = [_dim_column(d) for d in pattern]
-    return cols[0] if len(cols) == 1 else F.concat_ws(SEP, *cols)
-
-
 def _least(codes: list[Any]) -> Any:
     from pyspark.sql import functions as F
 
     return codes[0] if len(codes) == 1 else F.least(*codes)
 
 
-def code_column(index: RuleIndex) -> Any:
-    """The migration code of the first-ranked TRUE rule, NULL when no rule is TRUE.
+def annotate(df: Any, plan: SparkPlan, tag: str) -> tuple[Any, Any, list[str]]:
+    """Join ``df`` with the plan's lookup tables and compute the rule set's code.
 
-    Codes: 0 keep the message, 1 migrate an UPDATE to INSERT, 2 to DELETE. Simple rules
-    are ``isin`` lookups, which Spark turns into a hash-set membership test. Indexed
-    complex rules are evaluated only when their key matches; those that differ only in
-    their literals (the subset rules of many tables) are compiled once, their literals
-    looked up by key, so the generated code does not grow with the number of tables.
+    The code is the migration code of the first-ranked TRUE rule (0 keep the message,
+    1 migrate an UPDATE to INSERT, 2 to DELETE), NULL when no rule is TRUE. Simple rules
+    are one broadcast hash join per key pattern, whatever their number; a complex rule
+    is evaluated only for messages whose key it is indexed under, and rules that differ
+    only in their literals are compiled once, each key's literals coming from the join.
+    Neither the plan nor the generated code grows with the number of rules.
+
+    Args:
+        df: LCR-contract messages.
+        plan: the rule set's :class:`SparkPlan`.
+        tag: makes the added column names unique when several rule sets annotate one
+            DataFrame.
+
+    Returns:
+        ``(joined, code, added)``: the joined DataFrame, the code column and the names
+        of the columns the joins added (drop them when done).
     """
     from pyspark.sql import functions as F
 
+    hits: list[Any] = []
     codes: list[Any] = []
-    for pattern, keyed in sorted(index.indexed.items()):
-        key = key_column(pattern)
-        gated = [_shape_code(key, group) for group in _shape_groups(keyed).values()]
-        codes.append(F.when(key.isin(sorted(keyed)), _least(gated)))
-    codes.extend(rule.code_column(rule.tree) for rule in index.residual)
-    simple = [key_column(p).isin(sorted(keys)) for p, keys in sorted(index.simple.items())]
+    added: list[str] = []
+    frames = plan.frames(df.sparkSession)
+    for n, (lookup, frame) in enumerate(zip(plan.lookups, frames, strict=True)):
+        name = f"{LOOKUP_PREFIX}{tag}{n}_"
+        frame = frame.toDF(*[name + c[len(f"{LOOKUP_PREFIX}{n}_"):] for c in frame.columns])
+        on = [_dim_column(d) == F.col(f"{name}k{i}") for i, d in enumerate(lookup.pattern)]
+        df = df.join(F.broadcast(frame), functools.reduce(lambda a, b: a & b, on), "left")
+        added += frame.columns
+        if lookup.hits:
+            hits.append(F.coalesce(F.col(f"{name}hit"), F.lit(False)))
+        for j, group in enumerate(lookup.groups):
+            present = F.coalesce(F.col(f"{name}g{j}"), F.lit(False))
+            codes.append(F.when(present, _group_code(group, f"{name}g{j}_p")))
+    codes.extend(rule.code_column(rule.tree) for rule in plan.residual)
     complex_code = _least(codes) if codes else F.lit(None).cast("int")
-    if not simple:
-        return complex_code
-    matched = simple[0] if len(simple) == 1 else F.greatest(*simple)
-    return F.when(matched, F.lit(0)).otherwise(complex_code)
+    if not hits:
+        return df, complex_code, added
+    matched = functools.reduce(lambda a, b: a | b, hits)
+    return df, F.when(matched, F.lit(0)).otherwise(complex_code), added
+
+
+def _group_code(group: _Group, prefix: str) -> Any:
+    """One compiled rule for a group of same-shape rules, literals read from the join."""
+    from pyspark.sql import functions as F
+
+    from changeflow.rules.spark_compile import PARAMETERS, literal_parameter
+
+    first = group.first
+    mapping = {}
+    for i, slot in enumerate(group.slots):
+        cast = literal_parameter(slot)[2]
+        column = F.col(f"{prefix}{i}")
+        mapping[id(slot)] = column.cast(cast) if cast else column
+    token = PARAMETERS.set(mapping)
+    try:
+        return first.rule.code_column(first.node)
+    finally:
+        PARAMETERS.reset(token)
 
 
 def _shape(node: Any) -> Any:
@@ -286,46 +454,3 @@ def _shape(node: Any) -> Any:
 
 def _literals(node: A.Node) -> list[A.Literal]:
     return [n for n in node.walk() if isinstance(n, A.Literal)]
-
-
-def _shape_groups(keyed: dict[str, list[IndexedRule]]) -> dict[Any, list[tuple[str, IndexedRule]]]:
-    """Indexed rules grouped by (shape, action, message type); one compiled form each."""
-    groups: dict[Any, list[tuple[str, IndexedRule]]] = {}
-    for value, rules in sorted(keyed.items()):
-        for ir in rules:
-            msg = any(isinstance(n, A.MsgField) for n in ir.rest.walk())
-            shape = (id(ir) if msg else _shape(ir.rest), ir.rule.subset_action,
-                     ir.rule.message_type)  # fmt: skip
-            # A key appears once per group (map keys are unique): repeat -> next group.
-            n = 0
-            while any(v == value for v, _ in groups.get((shape, n), ())):
-                n += 1
-            groups.setdefault((shape, n), []).append((value, ir))
-    return groups
-
-
-def _shape_code(key: Any, group: list[tuple[str, IndexedRule]]) -> Any:
-    """One compiled rule for a group of same-shape rules, literals looked up by key."""
-    from pyspark.sql import functions as F
-
-    from changeflow.rules.spark_compile import PARAMETERS, literal_column
-
-    first = group[0][1]
-    if len(group) == 1:
-        return F.when(key == group[0][0], first.rule.code_column(first.rest))
-    slots = _literals(first.rest)
-    entries: list[Any] = []
-    for value, ir in group:
-        lits = _literals(ir.rest)
-        entries += [F.lit(value), F.struct(*[literal_column(n).alias(f"p{i}")
-                                            for i, n in enumerate(lits)])]  # fmt: skip
-    params = F.element_at(F.create_map(*entries), key) if slots else None
-    mapping = {id(n): params[f"p{i}"] for i, n in enumerate(slots)} if params is not None else {}
-    token = PARAMETERS.set(mapping)
-    try:
-        code = first.rule.code_column(first.rest)
-    finally:
-        PARAMETERS.reset(token)
-    if params is None:
-        return F.when(key.isin([v for v, _ in group]), code)
-    return F.when(params.isNotNull(), code)

@@ -51,17 +51,34 @@ def migrate_message(message: Mapping[str, Any], target: str | None) -> dict[str,
     return out
 
 
-def merged_values() -> Column:
-    """``old_values`` overlaid with ``new_values`` (new wins), as a Spark column."""
+LAST_WIN_CONF = "spark.sql.mapKeyDedupPolicy"
+
+
+def merged_values(last_win: bool = False) -> Column:
+    """``old_values`` overlaid with ``new_values`` (new wins), as a Spark column.
+
+    Args:
+        last_win: the session's ``spark.sql.mapKeyDedupPolicy`` is ``LAST_WIN``, so a
+            plain ``map_concat`` keeps the new value of a column in both maps. That form
+            stays in whole-stage code generation; the other one needs ``map_filter``, a
+            lambda Spark interprets, which takes the whole projection out of it.
+            changeflow's sessions set ``LAST_WIN``.
+    """
     from pyspark.sql import functions as F
 
     old, new = F.col("old_values"), F.col("new_values")
-    old_only = F.map_filter(old, lambda k, _v: ~F.array_contains(F.map_keys(new), k))
-    return (
-        F.when(old.isNull(), new)
-        .when(new.isNull(), old)
-        .otherwise(F.map_concat(old_only, new))
-    )
+    if last_win:
+        overlay = F.map_concat(old, new)
+    else:
+        old_only = F.map_filter(old, lambda k, _v: ~F.array_contains(F.map_keys(new), k))
+        overlay = F.map_concat(old_only, new)
+    return F.when(old.isNull(), new).when(new.isNull(), old).otherwise(overlay)
+
+
+def last_win(df: DataFrame) -> bool:
+    """True when ``df``'s session resolves duplicate map keys by keeping the last one."""
+    policy = df.sparkSession.conf.get(LAST_WIN_CONF, "EXCEPTION") or "EXCEPTION"
+    return policy.upper() == "LAST_WIN"
 
 
 def migrate(df: DataFrame, code: Column) -> DataFrame:
@@ -84,7 +101,7 @@ def migrate(df: DataFrame, code: Column) -> DataFrame:
         "command_type": F.when(to_insert, F.lit("INSERT"))
         .when(to_delete, F.lit("DELETE"))
         .otherwise(F.col("command_type")),
-        "new_values": F.when(to_insert, merged_values())
+        "new_values": F.when(to_insert, merged_values(last_win(df)))
         .when(to_delete, F.lit(None))
         .otherwise(F.col("new_values")),
         "old_values": F.when(to_insert, F.lit(None)).otherwise(F.col("old_values")),

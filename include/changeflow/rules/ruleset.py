@@ -32,7 +32,7 @@ from typing import TYPE_CHECKING, Any
 from changeflow.rules import ast as A
 from changeflow.rules.errors import RuleDefinitionError, RuleError
 from changeflow.rules.evaluate import evaluate, kinds_of
-from changeflow.rules.fastpath import RuleIndex, code_column
+from changeflow.rules.fastpath import LOOKUP_PREFIX, RuleIndex, SparkPlan, annotate
 from changeflow.rules.migration import CODES, KEEP, ROW_SUBSET_KEY, migrate, migrate_message
 from changeflow.rules.parser import parse
 
@@ -145,6 +145,7 @@ class RuleSet:
         if all(r.name != rule.name for r in self.rules):
             self.rules.append(rule)
             self.__dict__.pop("index", None)
+            self.__dict__.pop("spark_plan", None)
 
     @property
     def has_subset_rules(self) -> bool:
@@ -163,9 +164,16 @@ class RuleSet:
         ]
         return min(codes) if codes else None
 
-    def code_column(self) -> Column:
-        """Spark backend: the migration code column (NULL when no rule is TRUE)."""
-        return code_column(self.index)
+    @cached_property
+    def spark_plan(self) -> SparkPlan:
+        """The Spark form of the index: lookup tables and residual rules (built once)."""
+        return SparkPlan.build(self.index)
+
+    def annotate(self, df: DataFrame, tag: str = "") -> tuple[DataFrame, Column, list[str]]:
+        """Spark backend: ``df`` joined with the lookup tables, the migration code column
+        (NULL when no rule is TRUE) and the added columns (see :func:`fastpath.annotate`).
+        """
+        return annotate(df, self.spark_plan, tag)
 
 
 @dataclass
@@ -224,21 +232,28 @@ class RuleSetPair:
     def filter(self, df: DataFrame) -> DataFrame:
         """The messages of ``df`` that satisfy the rule sets, row migration applied.
 
-        A pure ``DataFrame -> DataFrame`` transform with the same columns. Rules are
-        native Spark expressions; simple rules are hash lookups.
+        A pure ``DataFrame -> DataFrame`` transform with the same columns. Simple rules
+        are broadcast hash-join lookups; complex rules are native Spark expressions,
+        evaluated only for the messages whose key they are indexed under.
         """
         from pyspark.sql import functions as F
 
         if self.positive is None and self.negative is None:
             return df
-        keep = F.lit(True)
+        columns = [F.col(f"`{c}`") for c in df.columns]
+        out, keep = df, F.lit(True)
         if self.negative is not None and self.negative.rules:
-            keep = self.negative.code_column().isNull()
+            out, negative, _ = self.negative.annotate(out, "n")
+            keep = negative.isNull()
         if self.positive is None:
-            return df.filter(keep)
-        code = self.positive.code_column()
+            return out.filter(keep).select(*columns)
+        out, code, _ = self.positive.annotate(out, "p")
         if not self.positive.has_subset_rules:
-            return df.filter(keep & code.isNotNull())
-        tmp = "__changeflow_rule_code"
-        staged = df.withColumn(tmp, code).filter(keep & F.col(tmp).isNotNull())
-        return migrate(staged, F.col(tmp)).drop(tmp)
+            return out.filter(keep & code.isNotNull()).select(*columns)
+        # Migration reads the code again. Exploding a one-element array evaluates it
+        # once per message: as a projected column, the filter would be pushed below the
+        # projection and the whole rule set compiled and evaluated twice.
+        name = f"{LOOKUP_PREFIX}code"
+        out = out.filter(keep).select("*", F.explode(F.array(code)).alias(name))
+        out = out.filter(F.col(name).isNotNull())
+        return migrate(out, F.col(name)).select(*columns)

@@ -173,6 +173,23 @@ def literal_column(node: A.Literal) -> Column:
     return _literal_as(node, V.TYPE_CATEGORY.get(node.type, "STR"))
 
 
+def literal_parameter(node: A.Literal) -> tuple[str, Any, str | None]:
+    """A literal as a lookup-table value: ``(stored type, value, cast)``.
+
+    The value is stored as ``string`` (or ``binary``) and cast back to the literal's
+    comparison type where it is read, the same conversion :func:`literal_column` does.
+    """
+    category = V.TYPE_CATEGORY.get(node.type, "STR")
+    converted = V.convert(_LITERAL_TYPES.get(node.type), node.value, category)
+    if category == "RAW":
+        return "binary", None if converted is None else bytes(converted), None
+    if converted is None:
+        return "string", None, _SPARK_TYPES[category]
+    if category == "DATE":
+        return "string", converted.isoformat(sep=" "), "timestamp_ntz"
+    return "string", str(converted), None if category == "STR" else _SPARK_TYPES[category]
+
+
 def _literal_as(node: A.Literal, category: str) -> Column:
     F = _F()
     param = PARAMETERS.get({}).get(id(node))

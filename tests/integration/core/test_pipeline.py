@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import datetime as dt
 from decimal import Decimal
+from pathlib import Path
 
 import pytest
 
@@ -160,9 +161,9 @@ def test_apply_rewrites_only_touched_buckets(spark, pipeline, snapshot) -> None:
 
 def test_composite_key_of_mixed_types(spark, pipeline, snapshot, tmp_path) -> None:  # type: ignore[no-untyped-def]
     """A (number, date) key like hr.job_history's, through capture, checks and apply."""
-    text = open(pipeline.source_path).read().replace(
-        "{name: hr.staff, key: [staff_id]}", "{name: hr.job_history, key: [employee_id, start_date]}")
-    open(pipeline.source_path, "w").write(text)
+    source = Path(pipeline.source_path)
+    source.write_text(source.read_text().replace(
+        "{name: hr.staff, key: [staff_id]}", "{name: hr.job_history, key: [employee_id, start_date]}"))
     from changeflow.config import load_config
 
     cfg = load_config(pipeline.source_path)

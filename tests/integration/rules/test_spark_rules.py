@@ -180,3 +180,80 @@ def test_many_subset_tables_share_one_compiled_form(spark) -> None:
             expected[f"m{i}"] = out["command_type"]
     got = {r["msg_id"]: r["command_type"] for r in pair.filter(_frame(spark, messages)).collect()}
     assert got == expected and len(got) > 50
+
+
+def _mixed_messages(rng: random.Random, n: int) -> list[dict]:
+    messages = []
+    for _ in range(n):
+        cmd = rng.choice(["INSERT", "UPDATE", "DELETE"])
+        old = {"REGION_ID": lcr.encode_value(rng.choice([0, 1, 2, None]), "INTEGER"),
+               "NAME": lcr.encode_value("old")}
+        new = {"REGION_ID": lcr.encode_value(rng.choice([0, 1, 2]))}
+        messages.append({
+            "kind": "ROW", "object_owner": rng.choice(["HR", "OE", None]),
+            "object_name": f"T{rng.randrange(24)}", "command_type": cmd,
+            "tag": rng.choice([None, None, b"\x01"]),
+            "old_values": old if cmd != "INSERT" else None,
+            "new_values": new if cmd != "DELETE" else None,
+        })  # fmt: skip
+    return messages
+
+
+def test_table_and_subset_rules_share_one_lookup_join(spark) -> None:
+    """Subset rules keyed finer than the table rules (command type) ride on their join."""
+    reg = RuleRegistry()
+    for t in range(0, 12):
+        admin.add_table_rules(reg, f"hr.t{t}", "apply", "apply")
+    for t in range(12, 20):
+        admin.add_subset_rules(reg, f"hr.t{t}", f"region_id={t % 3}", "apply", "apply")
+    admin.add_subset_rules(reg, "hr.t3", "region_id=1", "apply", "apply")  # both kinds
+    pair = reg.client("apply")
+    plan = pair.positive.spark_plan  # type: ignore[union-attr]
+    assert len(plan.lookups) == 1 and len(plan.lookups[0].groups) >= 3
+    messages = _mixed_messages(random.Random(5), 500)
+    expected = {}
+    for i, m in enumerate(messages):
+        ok, out = pair.evaluate(m)
+        if ok:
+            expected[f"m{i}"] = (out["command_type"], sorted(out["new_values"] or {}))
+    got = {r["msg_id"]: (r["command_type"], sorted(r["new_values"] or {}))
+           for r in pair.filter(_frame(spark, messages)).collect()}  # fmt: skip
+    assert got == expected
+    assert ("INSERT", ["NAME", "REGION_ID"]) in got.values()  # migrated: old overlaid
+
+
+@pytest.mark.parametrize("policy", ["LAST_WIN", "EXCEPTION"])
+def test_row_migration_overlay_under_either_map_key_policy(spark, policy) -> None:
+    reg = RuleRegistry()
+    admin.add_subset_rules(reg, "hr.regions", "region_id=2", "apply", "apply")
+    before = spark.conf.get("spark.sql.mapKeyDedupPolicy")
+    spark.conf.set("spark.sql.mapKeyDedupPolicy", policy)
+    try:
+        msg = _regions("UPDATE", 4, 2)
+        out = reg.client("apply").filter(_frame(spark, [msg])).collect()
+    finally:
+        spark.conf.set("spark.sql.mapKeyDedupPolicy", before)
+    assert [r["command_type"] for r in out] == ["INSERT"]
+    assert out[0]["new_values"]["REGION_ID"]["int"] == 2  # the new value wins
+    assert out[0]["new_values"]["NAME"]["str"] == "n"
+
+
+def test_lookup_tables_keep_typed_literals(spark) -> None:
+    """Same-shape rules compiled once read their literals from the join, typed."""
+    rules = [
+        Rule(f"D{i}", f":dml.get_object_owner() = 'HR' and :dml.get_object_name() = 'T{i}' "
+             f"and :dml.get_value('NEW', 'AMOUNT').AccessNumber() > {i}.5 "
+             f"and :dml.get_value('NEW', 'RAW').AccessRaw() = HEXTORAW('0{i}')")
+        for i in range(4)
+    ]  # fmt: skip
+    pair = RuleSetPair(positive=RuleSet("TYPED", rules))
+    assert [len(g.members) for lk in pair.positive.spark_plan.lookups  # type: ignore[union-attr]
+            for g in lk.groups] == [4]
+    messages = [
+        {"kind": "ROW", "object_owner": "HR", "object_name": f"T{i}", "command_type": "INSERT",
+         "new_values": {"AMOUNT": lcr.encode_value(amount), "RAW": lcr.encode_value(raw)}}
+        for i in range(4) for amount in (i, i + 1) for raw in (bytes([i]), b"\x09")
+    ]  # fmt: skip
+    expected = sorted(f"m{i}" for i, m in enumerate(messages) if pair.evaluate(m)[0])
+    got = sorted(r["msg_id"] for r in pair.filter(_frame(spark, messages)).collect())
+    assert got == expected and len(got) == 4
