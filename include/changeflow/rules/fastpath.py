@@ -7,10 +7,15 @@ command type, is_null_tag, source database, object type) that the condition
 requires by equality. A condition made only of such equalities (every
 system-created global, schema and table rule) is *simple*: it is TRUE exactly when
 the message's dimensions equal one of its alternatives, so a rule set of 10,000 of
-them is a handful of hash-set lookups (one per distinct set of dimensions, its
+them is a handful of hash lookups (one per distinct set of dimensions, its
 *pattern*). A complex rule with a single alternative is *indexed*: only messages
 whose key matches evaluate the rest of it. Other rules are *residual* and are
 evaluated for every message.
+
+The Python backend probes dictionaries. The Spark backend (:class:`SparkPlan`,
+:func:`annotate`) turns each pattern into a small lookup table joined with a broadcast
+hash join; complex rules of one shape are compiled once and read their literals from
+the joined row, so the plan and the generated code do not grow with the rule count.
 
 >>> from changeflow.rules.parser import parse
 >>> tree = parse("((:dml.get_object_owner() = 'HR') and :dml.is_null_tag() = 'Y' )")
