@@ -252,6 +252,7 @@ class _Group:
     lookup table (``slots``: how each is stored and cast), so each key brings its own.
     """
 
+    shape: Any
     members: dict[tuple[str, ...], _Member] = field(default_factory=dict)
 
     @property
@@ -281,10 +282,10 @@ class _Lookup:
         """Put a complex rule in the first group of its shape not holding its key yet."""
         shape = _member_shape(member)
         for group in self.groups:
-            if key not in group.members and _member_shape(group.first) == shape:
+            if key not in group.members and group.shape == shape:
                 group.members[key] = member
                 return
-        self.groups.append(_Group({key: member}))
+        self.groups.append(_Group(shape, {key: member}))
 
     def table(self, name: str) -> Any:
         """The lookup table as a pyarrow Table (keys sorted), column names prefixed."""
@@ -299,15 +300,14 @@ class _Lookup:
         columns[f"{name}hit"] = (pa.bool_(), [k in self.hits for k in keys])
         for j, group in enumerate(self.groups):
             columns[f"{name}g{j}"] = (pa.bool_(), [k in group.members for k in keys])
+            if not group.slots:
+                continue
+            params = {k: [literal_parameter(n)[1] for n in _literals(m.node)]
+                      for k, m in group.members.items()}  # fmt: skip
             for i, slot in enumerate(group.slots):
-                stored = literal_parameter(slot)[0]
-                values = [
-                    literal_parameter(_literals(group.members[k].node)[i])[1]
-                    if k in group.members else None
-                    for k in keys
-                ]
-                columns[f"{name}g{j}_p{i}"] = (pa.binary() if stored == "binary"
-                                               else pa.string(), values)  # fmt: skip
+                kind = pa.binary() if literal_parameter(slot)[0] == "binary" else pa.string()
+                values = [params[k][i] if k in params else None for k in keys]
+                columns[f"{name}g{j}_p{i}"] = (kind, values)
         return pa.table({c: pa.array(v, type=t) for c, (t, v) in columns.items()})
 
 

@@ -168,21 +168,21 @@ def value(node: A.Node) -> Column:
 PARAMETERS: contextvars.ContextVar[dict[int, Any]] = contextvars.ContextVar("rule_parameters")
 
 
-def literal_column(node: A.Literal) -> Column:
-    """A literal in its own comparison category (how static comparisons use it)."""
-    return _literal_as(node, V.TYPE_CATEGORY.get(node.type, "STR"))
-
-
 def literal_parameter(node: A.Literal) -> tuple[str, Any, str | None]:
-    """A literal as a lookup-table value: ``(stored type, value, cast)``.
+    """A literal in its own comparison category, as a lookup-table value.
 
-    The value is stored as ``string`` (or ``binary``) and cast back to the literal's
-    comparison type where it is read, the same conversion :func:`literal_column` does.
+    Returns:
+        ``(stored type, value, cast)``: the value is stored as ``string`` or ``binary``
+        and cast back to its comparison type where it is read, exactly as an inline
+        literal is.
     """
-    category = V.TYPE_CATEGORY.get(node.type, "STR")
+    return _stored(node, V.TYPE_CATEGORY.get(node.type, "STR"))
+
+
+def _stored(node: A.Literal, category: str) -> tuple[str, Any, str | None]:
     converted = V.convert(_LITERAL_TYPES.get(node.type), node.value, category)
     if category == "RAW":
-        return "binary", None if converted is None else bytes(converted), None
+        return "binary", None if converted is None else bytes(converted), "binary"
     if converted is None:
         return "string", None, _SPARK_TYPES[category]
     if category == "DATE":
@@ -191,18 +191,12 @@ def literal_parameter(node: A.Literal) -> tuple[str, Any, str | None]:
 
 
 def _literal_as(node: A.Literal, category: str) -> Column:
-    F = _F()
     param = PARAMETERS.get({}).get(id(node))
     if param is not None:
         return param
-    converted = V.convert(_LITERAL_TYPES.get(node.type), node.value, category)
-    if converted is None:
-        return F.lit(None).cast(_SPARK_TYPES[category])
-    if category == "DATE":
-        return F.lit(converted.isoformat(sep=" ")).cast("timestamp_ntz")
-    if category == "RAW":
-        return F.lit(bytearray(converted))
-    return F.lit(converted).cast(_SPARK_TYPES[category])
+    stored, value, cast = _stored(node, category)
+    column = _F().lit(bytearray(value) if stored == "binary" and value is not None else value)
+    return column.cast(cast) if cast else column
 
 
 _LITERAL_TYPES = {A.VARCHAR2: "VARCHAR2", A.NUMBER: "NUMBER", A.RAW: "RAW", A.DATE: "TIMESTAMP"}
