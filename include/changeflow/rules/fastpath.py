@@ -134,6 +134,26 @@ def _cross(left: list[Alternative], right: list[Alternative]) -> list[Alternativ
     return out
 
 
+def _beyond(tree: A.Node, fixed: Alternative) -> A.Node:
+    """What is left of a condition for messages whose dimensions include ``fixed``.
+
+    Drops the conjuncts that such a message makes TRUE (one of their alternatives is
+    part of ``fixed``), e.g. the owner and name tests of a subset rule keyed on them.
+    """
+    conjuncts = list(tree.items) if isinstance(tree, A.And) else [tree]
+    kept = [c for c in conjuncts if not _implied(c, fixed)]
+    if not kept:
+        return tree
+    return kept[0] if len(kept) == 1 else A.And(tuple(kept))
+
+
+def _implied(conjunct: A.Node, fixed: Alternative) -> bool:
+    options = _alternatives(conjunct)
+    return options is not None and any(
+        all(fixed.get(d) == v for d, v in option.items()) for option in options
+    )
+
+
 def _valid(alt: Alternative) -> bool:
     """Drop alternatives reading a member that is NULL for their kind (never TRUE)."""
     kind = alt.get("kind")
@@ -211,7 +231,7 @@ class RuleIndex:
             if len(alts) == 1:
                 node = rest[0] if len(rest) == 1 else A.And(tuple(rest))
             else:
-                node = rule.tree
+                node = _beyond(rule.tree, common)
             pattern = pattern_of(common)
             keyed = self.indexed.setdefault(pattern, {})
             keyed.setdefault(key_of(common, pattern), []).append(IndexedRule(rule, node))
@@ -259,10 +279,37 @@ class _Group:
     def first(self) -> _Member:
         return next(iter(self.members.values()))
 
-    @property
-    def slots(self) -> list[A.Literal]:
-        """The literals of the first member; a single-member group keeps them inline."""
-        return _literals(self.first.node) if len(self.members) > 1 else []
+    def parameters(self) -> tuple[list[A.Literal], list[int], dict[Key, list[Any]]]:
+        """The literals read from the lookup table, and what it holds for them.
+
+        Literals every member shares stay inline (constants Spark can fold), as do all
+        those of a single-member group; literals holding the same value in every member
+        (``region_id = 2`` tested three times) share one column.
+
+        Returns:
+            ``(slots, columns, values)``: the first member's literals read from the
+            table, the table column of each, and per key the values of the columns.
+        """
+        firsts = _literals(self.first.node)
+        if len(self.members) < 2:
+            return [], [], {}
+        per_key = {k: [_parameter_value(n) for n in _literals(m.node)]
+                   for k, m in self.members.items()}  # fmt: skip
+        vectors: dict[tuple[Any, ...], int] = {}
+        slots: list[A.Literal] = []
+        columns: list[int] = []
+        for i, node in enumerate(firsts):
+            vector = tuple(values[i] for values in per_key.values())
+            if len(set(vector)) == 1:
+                continue  # the same in every member: inline
+            slots.append(node)
+            typed = (_parameter_type(node), *vector)
+            columns.append(vectors.setdefault(typed, len(vectors)))
+        values = {k: [None] * len(vectors) for k in per_key}
+        for typed, column in vectors.items():
+            for key, value in zip(per_key, typed[1:], strict=True):
+                values[key][column] = value
+        return slots, columns, values
 
 
 @dataclass
@@ -287,28 +334,72 @@ class _Lookup:
                 return
         self.groups.append(_Group(shape, {key: member}))
 
+    @functools.cached_property
+    def keys(self) -> list[Key]:
+        """Every key of the lookup, sorted (set once the plan is built)."""
+        return sorted(set(self.hits).union(*(g.members for g in self.groups)))
+
+    @functools.cached_property
+    def fixed(self) -> dict[int, str]:
+        """The key positions that hold the same value in every key, and that value.
+
+        Those dimensions (the message kind, usually the tag test) are compared with a
+        constant instead of being part of the join key: a shorter key to build and hash
+        per message. With a single key the lookup needs no join at all.
+        """
+        first = self.keys[0]
+        same = [all(k[i] == first[i] for k in self.keys) for i in range(len(self.pattern))]
+        return {i: first[i] for i, fixed in enumerate(same) if fixed}
+
+    @property
+    def joined(self) -> list[int]:
+        """The key positions the lookup joins on."""
+        return [i for i in range(len(self.pattern)) if i not in self.fixed]
+
     def table(self, name: str) -> Any:
         """The lookup table as a pyarrow Table (keys sorted), column names prefixed."""
         import pyarrow as pa
 
         from changeflow.rules.spark_compile import literal_parameter
 
-        keys = sorted(set(self.hits).union(*(g.members for g in self.groups)))
+        keys = self.keys
         columns: dict[str, tuple[Any, list[Any]]] = {}
-        for i in range(len(self.pattern)):
+        for i in self.joined:
             columns[f"{name}k{i}"] = (pa.string(), [k[i] for k in keys])
         columns[f"{name}hit"] = (pa.bool_(), [k in self.hits for k in keys])
         for j, group in enumerate(self.groups):
             columns[f"{name}g{j}"] = (pa.bool_(), [k in group.members for k in keys])
-            if not group.slots:
-                continue
-            params = {k: [literal_parameter(n)[1] for n in _literals(m.node)]
-                      for k, m in group.members.items()}  # fmt: skip
-            for i, slot in enumerate(group.slots):
-                kind = pa.binary() if literal_parameter(slot)[0] == "binary" else pa.string()
+            slots, slot_columns, params = group.parameters()
+            stored = {c: literal_parameter(n)[0] for n, c in zip(slots, slot_columns, strict=True)}
+            for i, kind in sorted(stored.items()):
                 values = [params[k][i] if k in params else None for k in keys]
-                columns[f"{name}g{j}_p{i}"] = (kind, values)
+                columns[f"{name}g{j}_p{i}"] = (_ARROW_TYPES[kind](), values)
         return pa.table({c: pa.array(v, type=t) for c, (t, v) in columns.items()})
+
+
+_ARROW_TYPES = {
+    "string": lambda: _pa().string(),
+    "binary": lambda: _pa().binary(),
+    "decimal": lambda: _pa().decimal128(38, 10),
+}
+
+
+def _pa() -> Any:
+    import pyarrow as pa
+
+    return pa
+
+
+def _parameter_value(node: A.Literal) -> Any:
+    from changeflow.rules.spark_compile import literal_parameter
+
+    return literal_parameter(node)[1]
+
+
+def _parameter_type(node: A.Literal) -> str:
+    from changeflow.rules.spark_compile import literal_parameter
+
+    return literal_parameter(node)[0]
 
 
 def _member_shape(member: _Member) -> Any:
@@ -330,12 +421,14 @@ class SparkPlan:
     def build(cls, index: RuleIndex) -> SparkPlan:
         """Group the index by pattern, one lookup table each.
 
-        A complex rule whose key fixes more dimensions than some simple pattern is keyed
-        on that pattern instead, its extra dimensions tested with the rest of it, so one
-        join serves both.
+        A complex rule whose key fixes more dimensions than another pattern (simple or
+        complex) is keyed on that pattern instead, its extra dimensions tested with the
+        rest of it, so one join serves both.
         """
         lookups = {p: _Lookup(p, set(keys)) for p, keys in index.simple.items()}
-        coarse = sorted(lookups, key=lambda p: (-len(p), p))
+        patterns = [*index.simple, *index.indexed]
+        minimal = [p for p in index.indexed if not any(set(q) < set(p) for q in patterns)]
+        coarse = sorted({*lookups, *minimal}, key=lambda p: (-len(p), p))
         for pattern, keyed in sorted(index.indexed.items()):
             target = next((p for p in coarse if set(p) <= set(pattern)), pattern)
             lookup = lookups.setdefault(target, _Lookup(target))
@@ -354,7 +447,7 @@ class SparkPlan:
         if cached is not None and cached[0] is spark:
             return cached[1]
         frames = [
-            spark.createDataFrame(lookup.table(f"{LOOKUP_PREFIX}{n}_"))
+            spark.createDataFrame(lookup.table(f"{LOOKUP_PREFIX}{n}_")) if lookup.joined else None
             for n, lookup in enumerate(self.lookups)
         ]
         self._frames[id(spark)] = (spark, frames)
@@ -373,6 +466,15 @@ def _dim_column(dim: str) -> Any:
     if dim == "is_null_tag":
         return F.when(F.col("tag").isNull(), F.lit("Y")).otherwise(F.lit("N"))
     return F.coalesce(F.col(dim), F.lit(NULL_MARK))
+
+
+def _dim_match(dim: str, value: str) -> Any:
+    """The message's ``dim`` equals ``value`` (a key value: NULL_MARK for NULL)."""
+    from pyspark.sql import functions as F
+
+    if dim == "is_null_tag":
+        return F.col("tag").isNull() if value == "Y" else F.col("tag").isNotNull()
+    return F.col(dim).isNull() if value == NULL_MARK else F.col(dim) == F.lit(value)
 
 
 def _least(codes: list[Any]) -> Any:
@@ -403,45 +505,144 @@ def annotate(df: Any, plan: SparkPlan, tag: str) -> tuple[Any, Any, list[str]]:
     """
     from pyspark.sql import functions as F
 
-    hits: list[Any] = []
-    codes: list[Any] = []
     added: list[str] = []
+    lookups: list[tuple[Any, Any, list[tuple[Any, _Group, str, bool]]]] = []
     frames = plan.frames(df.sparkSession)
     for n, (lookup, frame) in enumerate(zip(plan.lookups, frames, strict=True)):
         name = f"{LOOKUP_PREFIX}{tag}{n}_"
-        frame = frame.toDF(*[name + c[len(f"{LOOKUP_PREFIX}{n}_"):] for c in frame.columns])
-        on = [_dim_column(d) == F.col(f"{name}k{i}") for i, d in enumerate(lookup.pattern)]
-        df = df.join(F.broadcast(frame), functools.reduce(lambda a, b: a & b, on), "left")
-        added += frame.columns
-        if lookup.hits:
-            hits.append(F.coalesce(F.col(f"{name}hit"), F.lit(False)))
-        for j, group in enumerate(lookup.groups):
-            present = F.coalesce(F.col(f"{name}g{j}"), F.lit(False))
-            codes.append(F.when(present, _group_code(group, f"{name}g{j}_p")))
+        fixed = [_dim_match(lookup.pattern[i], v) for i, v in sorted(lookup.fixed.items())]
+        match = functools.reduce(lambda a, b: a & b, fixed) if fixed else None
+        if frame is not None:
+            frame = frame.toDF(*[name + c[len(f"{LOOKUP_PREFIX}{n}_") :] for c in frame.columns])
+            on = [_dim_column(lookup.pattern[i]) == F.col(f"{name}k{i}") for i in lookup.joined]
+            df = df.join(F.broadcast(frame), functools.reduce(lambda a, b: a & b, on), "left")
+            added += frame.columns
+        joined = frame is not None
+        hit = _flag(joined, f"{name}hit") if lookup.hits else None
+        groups = [
+            (_flag(joined, f"{name}g{j}"), group, f"{name}g{j}_p", "kind" not in lookup.pattern)
+            for j, group in enumerate(lookup.groups)
+        ]
+        lookups.append((match, hit, groups))
+    every_group = [g for _, _, groups in lookups for g in groups]
+    df, shared = _shared_values(df, every_group, f"{LOOKUP_PREFIX}{tag}v")
+    added += [name for name, _ in shared.values()]
+    values = {k: c for k, (_, c) in shared.items()}
+    # Per lookup: 0 when a simple rule matches, else the least code of its complex rules.
+    # KEEP (0) is the least code, so the least over lookups gives the same answer.
+    codes = []
+    for match, hit, groups in lookups:
+        complex_codes = [
+            F.when(present, _group_code(group, prefix, values, guard))
+            for present, group, prefix, guard in groups
+        ]
+        code = _least(complex_codes) if complex_codes else None
+        if hit is not None:
+            code = F.when(hit, F.lit(0)) if code is None else F.when(hit, F.lit(0)).otherwise(code)
+        assert code is not None
+        codes.append(code if match is None else F.when(match, code))
     codes.extend(rule.code_column(rule.tree) for rule in plan.residual)
-    complex_code = _least(codes) if codes else F.lit(None).cast("int")
-    if not hits:
-        return df, complex_code, added
-    matched = functools.reduce(lambda a, b: a | b, hits)
-    return df, F.when(matched, F.lit(0)).otherwise(complex_code), added
+    return df, _least(codes) if codes else F.lit(None).cast("int"), added
 
 
-def _group_code(group: _Group, prefix: str) -> Any:
-    """One compiled rule for a group of same-shape rules, literals read from the join."""
+def _flag(joined: bool, column: str) -> Any:
+    """A lookup-table flag of the message's key: FALSE without one (always TRUE unjoined)."""
     from pyspark.sql import functions as F
 
-    from changeflow.rules.spark_compile import PARAMETERS, literal_parameter
+    return F.coalesce(F.col(column), F.lit(False)) if joined else F.lit(True)
+
+
+def _shared_values(
+    df: Any, groups: list[tuple[Any, _Group, str, bool]], prefix: str
+) -> tuple[Any, dict[tuple[str, ...], tuple[str, Any]]]:
+    """Read each LCR column value the groups' rules use once per message, as a column.
+
+    Rules compile every ``get_value()`` (and accessor) they contain to its own map
+    lookup, and Spark does not share them: the subset rules of one table read the same
+    value a dozen times. Each distinct value read becomes one column, computed only for
+    messages some group reading it applies to (NULL for the others), and the compiled
+    rules refer to it. That keeps the generated code of the whole filter small enough
+    for the JIT compiler.
+
+    Returns:
+        ``(df, shared)``: ``df`` with the value columns added, and per value key its
+        column name and the column to compile references to.
+    """
+    from pyspark.sql import functions as F
+
+    from changeflow.rules.spark_compile import VALUES, value, value_key, value_read
+
+    reads: dict[tuple[str, ...], tuple[A.GetValue, list[Any]]] = {}
+    accesses: dict[tuple[str, ...], A.Node] = {}
+    for present, group, *_ in groups:
+        for node in _value_reads(group.first.node):
+            if isinstance(node, A.Access):
+                accesses[value_key(node)] = node  # type: ignore[index]
+                node = node.arg
+            reads.setdefault(value_key(node), (node, []))[1].append(present)  # type: ignore[arg-type]
+    if not reads:
+        return df, {}
+    # Two projections: the values (one map lookup each), then their accessors, which
+    # read the value's fields from the first projection's column.
+    shared: dict[tuple[str, ...], tuple[str, Any]] = {}
+    columns = []
+    for key, (node, gates) in sorted(reads.items()):
+        name = f"{prefix}{len(shared)}"
+        gate = functools.reduce(lambda a, b: a | b, gates)
+        columns.append(F.when(gate, value_read(node)).alias(name))
+        shared[key] = (name, F.col(name))
+    df = df.select("*", *columns)
+    if not accesses:
+        return df, shared
+    token = VALUES.set({k: c for k, (_, c) in shared.items()})
+    try:
+        columns = []
+        for key, node in sorted(accesses.items()):
+            name = f"{prefix}{len(shared)}"
+            columns.append(value(node).alias(name))
+            shared[key] = (name, F.col(name))
+    finally:
+        VALUES.reset(token)
+    return df.select("*", *columns), shared
+
+
+def _value_reads(node: A.Node) -> Iterable[A.Node]:
+    """The column value reads of a condition: accessors of ``get_value()``, and bare ones."""
+    if isinstance(node, A.Access) and isinstance(node.arg, A.GetValue):
+        yield node
+        return
+    if isinstance(node, A.GetValue):
+        yield node
+        return
+    for child in node.children():
+        yield from _value_reads(child)
+
+
+def _group_code(
+    group: _Group, prefix: str, values: dict[tuple[str, ...], Any], guard: bool
+) -> Any:
+    """One compiled rule for a group of same-shape rules, literals read from the join.
+
+    ``values`` are the shared column value reads; ``guard=False`` when the lookup key
+    already fixed the message kind.
+    """
+    from pyspark.sql import functions as F
+
+    from changeflow.rules.spark_compile import PARAMETERS, VALUES, literal_parameter
 
     first = group.first
     mapping = {}
-    for i, slot in enumerate(group.slots):
+    slots, slot_columns, _ = group.parameters()
+    for slot, i in zip(slots, slot_columns, strict=True):
         cast = literal_parameter(slot)[2]
         column = F.col(f"{prefix}{i}")
         mapping[id(slot)] = column.cast(cast) if cast else column
     token = PARAMETERS.set(mapping)
+    shared = VALUES.set(values)
     try:
-        return first.rule.code_column(first.node)
+        return first.rule.code_column(first.node, guard=guard)
     finally:
+        VALUES.reset(shared)
         PARAMETERS.reset(token)
 
 

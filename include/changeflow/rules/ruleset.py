@@ -108,13 +108,16 @@ class Rule:
             return CODES[action]
         return KEEP
 
-    def code_column(self, node: A.Node | None = None) -> Column:
-        """Spark: the migration code when the rule (or ``node`` of it) is TRUE, else NULL."""
+    def code_column(self, node: A.Node | None = None, *, guard: bool = True) -> Column:
+        """Spark: the migration code when the rule (or ``node`` of it) is TRUE, else NULL.
+
+        ``guard=False`` leaves out the message kind test, for callers that made it.
+        """
         from pyspark.sql import functions as F
 
         from changeflow.rules.spark_compile import compile_condition
 
-        cond = compile_condition(self.tree if node is None else node)
+        cond = compile_condition(self.tree if node is None else node, guard=guard)
         if self.message_type is not None:
             cond = (
                 (F.col("kind") == "USER")
@@ -242,18 +245,37 @@ class RuleSetPair:
             return df
         columns = [F.col(f"`{c}`") for c in df.columns]
         out, keep = df, F.lit(True)
-        if self.negative is not None and self.negative.rules:
+        negative_rules = self.negative is not None and bool(self.negative.rules)
+        if self.negative is not None and negative_rules:
             out, negative, _ = self.negative.annotate(out, "n")
             keep = negative.isNull()
         if self.positive is None:
-            return out.filter(keep).select(*columns)
+            return _once(out, keep, None).select(*columns) if negative_rules else df
         out, code, _ = self.positive.annotate(out, "p")
+        out = _once(out, keep, code)
         if not self.positive.has_subset_rules:
-            return out.filter(keep & code.isNotNull()).select(*columns)
-        # Migration reads the code again. Exploding a one-element array evaluates it
-        # once per message: as a projected column, the filter would be pushed below the
-        # projection and the whole rule set compiled and evaluated twice.
-        name = f"{LOOKUP_PREFIX}code"
-        out = out.filter(keep).select("*", F.explode(F.array(code)).alias(name))
-        out = out.filter(F.col(name).isNotNull())
-        return migrate(out, F.col(name)).select(*columns)
+            return out.select(*columns)
+        return migrate(out, F.col(CODE)).select(*columns)
+
+
+CODE = f"{LOOKUP_PREFIX}code"
+
+
+def _once(df: DataFrame, keep: Column, code: Column | None) -> DataFrame:
+    """``df`` filtered on ``keep`` and a non-NULL ``code``, the code as column ``CODE``.
+
+    The code is computed in a projection that also holds a non-deterministic column
+    (the partition id, which costs nothing), and the filter reads both. Without it,
+    Spark pushes the filter below the projection, inlining the code: the whole rule
+    set would be compiled and evaluated twice (in the filter and for row migration),
+    and the column values the lookups share (see :mod:`~changeflow.rules.fastpath`)
+    would be read again at every reference.
+    """
+    from pyspark.sql import functions as F
+
+    ok = f"{LOOKUP_PREFIX}ok"
+    pid = F.spark_partition_id()
+    if code is None:
+        return df.select("*", (pid >= 0).alias(ok)).filter(keep & F.col(ok))
+    passes = F.coalesce(code, F.lit(-1) - pid) >= 0
+    return df.select("*", code.alias(CODE), passes.alias(ok)).filter(keep & F.col(ok))

@@ -33,12 +33,18 @@ def _F() -> Any:
     return F
 
 
-def compile_condition(node: A.Node) -> Column:
-    """The rule condition as a Column: FALSE when its variables do not fit the message."""
+def compile_condition(node: A.Node, *, guard: bool = True) -> Column:
+    """The rule condition as a Column: FALSE when its variables do not fit the message.
+
+    Args:
+        node: the condition (or what is left of it).
+        guard: test the message kind; ``False`` when the caller already has.
+    """
     F = _F()
     kinds = sorted(kinds_of(node))
-    guard = F.col("kind").isin(*kinds) if len(kinds) < 3 else F.lit(True)
-    return guard & compile_node(node)
+    if not guard or len(kinds) == 3:
+        return compile_node(node)
+    return F.col("kind").isin(*kinds) & compile_node(node)
 
 
 def compile_node(node: A.Node) -> Column:
@@ -155,7 +161,8 @@ def value(node: A.Node) -> Column:
     if isinstance(node, A.Member):
         return _member(node)
     if isinstance(node, A.Access):
-        return _access(_get_value(node.arg), node.accessor)
+        shared = VALUES.get({}).get(value_key(node))
+        return shared if shared is not None else _access(_get_value(node.arg), node.accessor)
     if isinstance(node, A.Func):
         arg = node.arg
         text = _dynamic(_payload(arg), "STR") if isinstance(arg, A.MsgField) else value(arg)
@@ -168,15 +175,42 @@ def value(node: A.Node) -> Column:
 PARAMETERS: contextvars.ContextVar[dict[int, Any]] = contextvars.ContextVar("rule_parameters")
 
 
+# value_key(node) -> Column computed once per row for every reference to that column
+# value (see fastpath: the rules of a lookup read each LCR column value once).
+VALUES: contextvars.ContextVar[dict[Any, Any]] = contextvars.ContextVar("rule_values")
+
+
+def value_key(node: A.Node) -> tuple[str, ...] | None:
+    """What identifies a column value read (``get_value`` or its accessor), else None."""
+    if isinstance(node, A.GetValue):
+        return ("get_value", node.var, node.which, node.column)
+    if isinstance(node, A.Access) and isinstance(node.arg, A.GetValue):
+        return (*(value_key(node.arg) or ()), node.accessor)
+    return None
+
+
+def value_read(node: A.Node) -> Column:
+    """The column value a :func:`value_key` node reads, compiled on its own."""
+    token = VALUES.set({})
+    try:
+        return _get_value(node) if isinstance(node, A.GetValue) else value(node)
+    finally:
+        VALUES.reset(token)
+
+
 def literal_parameter(node: A.Literal) -> tuple[str, Any, str | None]:
     """A literal in its own comparison category, as a lookup-table value.
 
     Returns:
-        ``(stored type, value, cast)``: the value is stored as ``string`` or ``binary``
-        and cast back to its comparison type where it is read, exactly as an inline
-        literal is.
+        ``(stored type, value, cast)``: numbers are stored as the contract's decimal
+        (already rounded to its scale, so read as they are); other values as ``string``
+        or ``binary``, cast back to their comparison type where they are read, exactly
+        as an inline literal is.
     """
-    return _stored(node, V.TYPE_CATEGORY.get(node.type, "STR"))
+    category = V.TYPE_CATEGORY.get(node.type, "STR")
+    if category == "NUM":
+        return "decimal", V.convert(_LITERAL_TYPES.get(node.type), node.value, category), None
+    return _stored(node, category)
 
 
 def _stored(node: A.Literal, category: str) -> tuple[str, Any, str | None]:
@@ -218,6 +252,9 @@ def _member(node: A.Member) -> Column:
 
 def _get_value(node: A.GetValue) -> Column:
     F = _F()
+    shared = VALUES.get({}).get(value_key(node))
+    if shared is not None:
+        return shared
     column = "old_values" if node.which == "OLD" else "new_values"
     item = F.col(column).getItem(node.column)
     if node.var == "lcr":

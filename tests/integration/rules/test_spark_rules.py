@@ -257,3 +257,78 @@ def test_lookup_tables_keep_typed_literals(spark) -> None:
     expected = sorted(f"m{i}" for i, m in enumerate(messages) if pair.evaluate(m)[0])
     got = sorted(r["msg_id"] for r in pair.filter(_frame(spark, messages)).collect())
     assert got == expected and len(got) == 4
+
+
+def _agree(spark, pair: RuleSetPair, messages: list[dict]) -> dict:
+    expected = {}
+    for i, m in enumerate(messages):
+        ok, out = pair.evaluate(m)
+        if ok:
+            expected[f"m{i}"] = (out["command_type"], sorted(out.get("new_values") or {}))
+    got = {r["msg_id"]: (r["command_type"], sorted(r["new_values"] or {}))
+           for r in pair.filter(_frame(spark, messages)).collect()}  # fmt: skip
+    assert got == expected
+    return got
+
+
+def test_single_key_lookups_need_no_join(spark) -> None:
+    """One table's subset rules: every key dimension is a constant, no lookup table."""
+    reg = RuleRegistry()
+    admin.add_subset_rules(reg, "hr.t3", "region_id=1", "apply", "apply")
+    pair = reg.client("apply")
+    plan = pair.positive.spark_plan  # type: ignore[union-attr]
+    assert [lk.joined for lk in plan.lookups] == [[]]
+    assert plan.frames(spark) == [None]
+    messages = [m for m in _mixed_messages(random.Random(8), 600) if m["object_owner"] == "HR"]
+    got = _agree(spark, pair, [{**m, "object_name": f"T{i % 4}"} for i, m in enumerate(messages)])
+    assert {c for c, _ in got.values()} == {"INSERT", "UPDATE", "DELETE"}
+
+
+def test_shared_value_reads_in_both_rule_sets(spark) -> None:
+    """Complex rules reading one column many ways, in a positive and a negative set.
+
+    Each distinct column read is one shared column per rule set; the tagged and
+    untagged rules make the tag test a join key rather than a constant.
+    """
+    def rule(name: str, table: str, tagged: bool, extra: str) -> Rule:
+        return Rule(name, f":lcr.get_object_owner() = 'HR' and :lcr.get_object_name() = "
+                          f"'{table}' and :lcr.is_null_tag() = '{'N' if tagged else 'Y'}' "
+                          f"and {extra}")  # fmt: skip
+
+    amount = ":dml.get_value('NEW', 'REGION_ID')"
+    positive = RuleSet("P", [
+        rule("P1", "T1", False, f"{amount}.AccessNumber() >= 1 and {amount} IS NOT NULL"),
+        rule("P2", "T2", True, f"({amount}.AccessNumber() = 2 or {amount}.AccessVarchar2() = 'x')"),
+        rule("P3", "T3", False, f":lcr.get_value('OLD', 'NAME').AccessVarchar2() = 'old' "
+                                f"and {amount}.AccessNumber() IN (0, 2)"),
+        Rule("P4", ":dml.get_object_owner() = 'OE' and :dml.get_object_name() = 'T5' "
+                   "and :dml.is_null_tag() = 'N'"),
+    ])  # fmt: skip
+    negative = RuleSet("N", [
+        rule("N1", "T1", False, f"{amount}.AccessNumber() = 2"),
+        rule("N2", "T4", False, f"{amount} IS NULL"),
+    ])
+    pair = RuleSetPair(positive=positive, negative=negative)
+    (lookup,) = positive.spark_plan.lookups
+    assert lookup.fixed == {0: "ROW"} and lookup.joined == [1, 2, 3]  # owner, name, tag
+    mixed = _mixed_messages(random.Random(9), 800)
+    messages = [{**m, "object_name": f"T{i % 6}"} for i, m in enumerate(mixed)]
+    got = _agree(spark, pair, messages)
+    assert 25 < len(got) < len(messages)
+
+
+def test_constant_key_dimensions_match_like_the_rules(spark) -> None:
+    """Tagged-only DDL and DML rules: kind and tag are constants tested, not joined."""
+    rules = [
+        Rule(f"{kind}{t}", f":{kind}.get_object_owner() = 'HR' and :{kind}.get_object_name() = "
+                           f"'T{t}' and :{kind}.is_null_tag() = 'N'")
+        for kind in ("dml", "ddl") for t in range(3)
+    ]  # fmt: skip
+    pair = RuleSetPair(positive=RuleSet("TAGGED", rules))
+    lookups = pair.positive.spark_plan.lookups  # type: ignore[union-attr]
+    assert [lk.fixed for lk in lookups] == [{1: "HR", 3: "N"}]  # kind and name are joined
+    rng = random.Random(4)
+    messages = [{**m, "object_name": f"T{rng.randrange(4)}"}
+                for m in (_random_message(rng, i) for i in range(400))]  # fmt: skip
+    got = _agree(spark, pair, messages)
+    assert 10 < len(got) < len(messages)

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from decimal import Decimal
+
 import pytest
 
 from changeflow.rules import admin
@@ -183,3 +185,38 @@ def test_python_index_and_naive_evaluation_agree() -> None:
                "object_name": f"T{rng.randrange(600)}", "tag": rng.choice([None, b"\x01"])}
         naive = any(r.evaluate(msg) is True for r in rules)
         assert (rule_set.code(msg) is not None) is naive
+
+
+def test_indexed_subset_rules_drop_what_their_key_implies() -> None:
+    """INSERT/DELETE subset rules are keyed on owner, name and tag: those tests go."""
+    from changeflow.rules import ast as A
+
+    reg = RuleRegistry()
+    admin.add_subset_rules(reg, "hr.regions", "region_id=2", "apply", "a", "q")
+    index = RuleIndex.build(reg.rule_sets[reg.clients["a"].positive_rule_set].rules)
+    rules = [ir for keyed in index.indexed.values() for irs in keyed.values() for ir in irs]
+    assert len(rules) == 3
+    for ir in rules:
+        members = {n.name for n in ir.rest.walk() if isinstance(n, A.Member)}
+        assert members <= {"get_command_type"}, ir.rule.name  # no owner/name/tag test left
+        message = {"kind": "ROW", "object_owner": "HR", "object_name": "REGIONS",
+                   "command_type": "INSERT",
+                   "new_values": {"REGION_ID": {"type": "INTEGER", "int": 2}}}  # fmt: skip
+        assert ir.rule.evaluate(message, ir.rest) == ir.rule.evaluate(message)
+
+
+def test_same_shape_rules_share_parameter_columns() -> None:
+    """Literals equal in every member stay inline; equal value vectors share a column."""
+    from changeflow.rules.fastpath import SparkPlan
+
+    reg = RuleRegistry()
+    for t in range(6):
+        admin.add_subset_rules(reg, f"hr.t{t}", f"region_id={t % 3}", "apply", "a", "q")
+    index = RuleIndex.build(reg.rule_sets[reg.clients["a"].positive_rule_set].rules)
+    (lookup,) = SparkPlan.build(index).lookups
+    for group in lookup.groups:
+        slots, columns, values = group.parameters()
+        assert len(slots) >= 2 and set(columns) == {0}  # region_id: one column per group
+        assert sorted(v[0] for v in values.values()) == sorted(Decimal(t % 3) for t in range(6))
+    assert lookup.fixed == {0: "ROW", 1: "HR", 3: "Y"}  # the same in every key: constants
+    assert lookup.joined == [2]  # the join is on the table name only
