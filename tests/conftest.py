@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import os
 from collections.abc import Iterator
 from typing import TYPE_CHECKING
@@ -10,6 +11,10 @@ import pytest
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
+
+# py4j logs "Closing down clientserver connection" at INFO from a destructor while the
+# interpreter exits, after pytest closed the stream: a "Logging error" trace, no failure.
+logging.getLogger("py4j").setLevel(logging.WARNING)
 
 
 @pytest.fixture(scope="session")

@@ -32,19 +32,27 @@ class RuleRegistry:
 
     @contextmanager
     def transaction(self) -> Iterator[RuleRegistry]:
-        """Undo every change made inside the block if it raises: all or nothing."""
-        saved_rules = dict(self.rules)
-        saved_sets = {n: list(rs.rules) for n, rs in self.rule_sets.items()}
+        """Undo every change made inside the block if it raises: all or nothing.
+
+        Admin calls only add rules, rule sets and rule set members, and change clients,
+        so the undo record is the sizes before the block (and the clients): the cost of
+        a call does not grow with the number of rules already defined.
+        """
+        n_rules = len(self.rules)
+        set_sizes = {n: len(rs.rules) for n, rs in self.rule_sets.items()}
         saved_clients = {n: copy.copy(c) for n, c in self.clients.items()}
         saved_sequence = self.sequence
         try:
             yield self
         except BaseException:
-            self.rules = saved_rules
-            self.rule_sets = {n: self.rule_sets[n] for n in saved_sets}
-            for name, rules in saved_sets.items():
-                self.rule_sets[name].rules = rules
-                self.rule_sets[name].__dict__.pop("index", None)
+            for name in list(self.rules)[n_rules:]:
+                del self.rules[name]
+            self.rule_sets = {n: rs for n, rs in self.rule_sets.items() if n in set_sizes}
+            for name, size in set_sizes.items():
+                rule_set = self.rule_sets[name]
+                if len(rule_set.rules) != size:
+                    del rule_set.rules[size:]
+                    rule_set.changed()
             self.clients = saved_clients
             self.sequence = saved_sequence
             raise

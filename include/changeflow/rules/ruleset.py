@@ -145,10 +145,19 @@ class RuleSet:
 
     def add(self, rule: Rule) -> None:
         """Add a rule (once); resets the index."""
-        if all(r.name != rule.name for r in self.rules):
+        if rule.name not in self._names:
             self.rules.append(rule)
-            self.__dict__.pop("index", None)
-            self.__dict__.pop("spark_plan", None)
+            self._names.add(rule.name)
+            self.changed(names=False)
+
+    def changed(self, *, names: bool = True) -> None:
+        """Forget what was derived from :attr:`rules` (call after changing the list)."""
+        for derived in ("index", "spark_plan", "_names" if names else ""):
+            self.__dict__.pop(derived, None)
+
+    @cached_property
+    def _names(self) -> set[str]:
+        return {r.name for r in self.rules}
 
     @property
     def has_subset_rules(self) -> bool:

@@ -146,3 +146,29 @@ def test_subset_condition_with_string_and_several_columns() -> None:
                  "new_values": {"COUNTRY_ID": "UK", "CITY": "A"}}
     ok, out = pair.evaluate(moving_in)
     assert ok and out["command_type"] == "INSERT"
+
+
+def _state(reg: RuleRegistry) -> tuple:
+    return (
+        list(reg.rules),
+        {n: [r.name for r in rs.rules] for n, rs in reg.rule_sets.items()},
+        {n: (c.type, c.positive_rule_set, c.negative_rule_set) for n, c in reg.clients.items()},
+        reg.sequence,
+    )
+
+
+def test_failure_inside_a_transaction_restores_the_registry() -> None:
+    """Rules, rule sets, members, clients and derived indexes all go back."""
+    reg = RuleRegistry()
+    admin.add_table_rules(reg, "hr.a", "apply", "apply", "q")
+    before = _state(reg)
+    message = {"kind": "ROW", "object_owner": "HR", "object_name": "B", "command_type": "INSERT"}
+    with pytest.raises(RuntimeError, match="boom"), reg.transaction():
+        admin.add_table_rules(reg, "hr.b", "apply", "apply", "q")
+        admin.add_table_rules(reg, "hr.c", "apply", "other", "q", inclusion_rule=False)
+        assert reg.client("apply").positive.code(message) == 0  # type: ignore[union-attr]
+        raise RuntimeError("boom")
+    assert _state(reg) == before
+    assert reg.client("apply").positive.code(message) is None  # type: ignore[union-attr]
+    admin.add_table_rules(reg, "hr.b", "apply", "apply", "q")  # and the registry still works
+    assert reg.client("apply").positive.code(message) == 0  # type: ignore[union-attr]
