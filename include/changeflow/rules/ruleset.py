@@ -32,7 +32,8 @@ from typing import TYPE_CHECKING, Any
 from changeflow.rules import ast as A
 from changeflow.rules.errors import RuleDefinitionError, RuleError
 from changeflow.rules.evaluate import evaluate, kinds_of
-from changeflow.rules.fastpath import LOOKUP_PREFIX, RuleIndex, SparkPlan, annotate
+from changeflow.rules.fastpath import RuleIndex
+from changeflow.rules.lookups import LOOKUP_PREFIX, SparkPlan, annotate
 from changeflow.rules.migration import CODES, KEEP, ROW_SUBSET_KEY, migrate, migrate_message
 from changeflow.rules.parser import parse
 
@@ -148,11 +149,12 @@ class RuleSet:
         if rule.name not in self._names:
             self.rules.append(rule)
             self._names.add(rule.name)
-            self.changed(names=False)
+            self.__dict__.pop("index", None)
+            self.__dict__.pop("spark_plan", None)
 
-    def changed(self, *, names: bool = True) -> None:
+    def changed(self) -> None:
         """Forget what was derived from :attr:`rules` (call after changing the list)."""
-        for derived in ("index", "spark_plan", "_names" if names else ""):
+        for derived in ("index", "spark_plan", "_names"):
             self.__dict__.pop(derived, None)
 
     @cached_property
@@ -181,9 +183,9 @@ class RuleSet:
         """The Spark form of the index: lookup tables and residual rules (built once)."""
         return SparkPlan.build(self.index)
 
-    def annotate(self, df: DataFrame, tag: str = "") -> tuple[DataFrame, Column, list[str]]:
-        """Spark backend: ``df`` joined with the lookup tables, the migration code column
-        (NULL when no rule is TRUE) and the added columns (see :func:`fastpath.annotate`).
+    def annotate(self, df: DataFrame, tag: str = "") -> tuple[DataFrame, Column]:
+        """Spark backend: ``df`` joined with the lookup tables, and the migration code
+        column (NULL when no rule is TRUE); see :func:`changeflow.rules.lookups.annotate`.
         """
         return annotate(df, self.spark_plan, tag)
 
@@ -254,13 +256,13 @@ class RuleSetPair:
             return df
         columns = [F.col(f"`{c}`") for c in df.columns]
         out, keep = df, F.lit(True)
-        negative_rules = self.negative is not None and bool(self.negative.rules)
-        if self.negative is not None and negative_rules:
-            out, negative, _ = self.negative.annotate(out, "n")
-            keep = negative.isNull()
+        negative = self.negative if self.negative is not None and self.negative.rules else None
+        if negative is not None:
+            out, negative_code = negative.annotate(out, "n")
+            keep = negative_code.isNull()
         if self.positive is None:
-            return _once(out, keep, None).select(*columns) if negative_rules else df
-        out, code, _ = self.positive.annotate(out, "p")
+            return df if negative is None else _once(out, keep, None).select(*columns)
+        out, code = self.positive.annotate(out, "p")
         out = _once(out, keep, code)
         if not self.positive.has_subset_rules:
             return out.select(*columns)
@@ -277,7 +279,7 @@ def _once(df: DataFrame, keep: Column, code: Column | None) -> DataFrame:
     (the partition id, which costs nothing), and the filter reads both. Without it,
     Spark pushes the filter below the projection, inlining the code: the whole rule
     set would be compiled and evaluated twice (in the filter and for row migration),
-    and the column values the lookups share (see :mod:`~changeflow.rules.fastpath`)
+    and the column values the lookups share (see :mod:`~changeflow.rules.lookups`)
     would be read again at every reference.
     """
     from pyspark.sql import functions as F

@@ -207,7 +207,7 @@ def test_indexed_subset_rules_drop_what_their_key_implies() -> None:
 
 def test_same_shape_rules_share_parameter_columns() -> None:
     """Literals equal in every member stay inline; equal value vectors share a column."""
-    from changeflow.rules.fastpath import SparkPlan
+    from changeflow.rules.lookups import SparkPlan
 
     reg = RuleRegistry()
     for t in range(6):
