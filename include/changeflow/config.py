@@ -191,6 +191,17 @@ class AlertsConfig(_Model):
     timeout: float = Field(default=10.0, gt=0)
 
 
+class PassLimits(_Model):
+    """The most one pass of a propagation or apply reads, so a backlog drains in steps.
+
+    A pass always takes at least one batch, however big. The defaults suit the
+    embedded machine (2 cores, a few GB for Spark); raise them on a cluster.
+    """
+
+    max_messages: int = Field(default=2_000_000, ge=1)
+    max_bytes: int = Field(default=512 * 1024 * 1024, ge=1)
+
+
 class PropagationSpec(_Model):
     """A propagation from a source queue to a destination queue (``owner.name@site``)."""
 
@@ -199,6 +210,7 @@ class PropagationSpec(_Model):
     destination_queue: str
     rule_sets: RuleSetRef = RuleSetRef()
     schedule: ScheduleConfig = ScheduleConfig()
+    limits: PassLimits = PassLimits()
 
 
 class ApplySpec(_Model):
@@ -210,6 +222,7 @@ class ApplySpec(_Model):
     buckets: int = Field(default=16, ge=1, le=4096)
     apply_tag: str = "00"
     target: PostgresTarget | None = None
+    limits: PassLimits = PassLimits()
 
 
 class QualityConfig(_Model):

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 
 from changeflow.clients import check_references
 from changeflow.config import PipelineConfig, load_config
-from changeflow.errors import ChangeflowError
+from changeflow.errors import EXIT_FAILED, EXIT_OK, exit_code, is_transient
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -33,8 +33,13 @@ def rule_filter_for(
     return rule_filter(cfg, kind, name)
 
 
-def run_component(spark: SparkSession, cfg: PipelineConfig, kind: str, name: str) -> Any:
-    """Run one capture, propagation, apply or demo verification once."""
+def run_component(spark: SparkSession, cfg: PipelineConfig, kind: str, name: str, *,
+                  lease_wait: float = 0.0) -> Any:
+    """Run one capture, propagation, apply or demo verification once.
+
+    Args:
+        lease_wait: seconds to wait when another run of the component holds its lease.
+    """
     if kind == "verify":
         from changeflow.demo.verify import verify
 
@@ -45,14 +50,15 @@ def run_component(spark: SparkSession, cfg: PipelineConfig, kind: str, name: str
         if spec.source.type == "postgres":
             from changeflow.capture.postgres import run_pg_capture
 
-            return run_pg_capture(spark, cfg, name, rule_filter=rule_filter)
+            return run_pg_capture(spark, cfg, name, rule_filter=rule_filter,
+                                  busy_wait=max(lease_wait, 1.0))
         from changeflow.capture.snapshot import run_capture
 
-        return run_capture(spark, cfg, name, rule_filter)
+        return run_capture(spark, cfg, name, rule_filter, lease_wait=lease_wait)
     if kind == "propagation":
         from changeflow.propagation import propagate_once
 
-        return propagate_once(spark, cfg, name, rule_filter=rule_filter)
+        return propagate_once(spark, cfg, name, rule_filter=rule_filter, lease_wait=lease_wait)
     if spec.target is not None:
         from changeflow.apply.postgres import apply_pg_once
 
@@ -67,11 +73,17 @@ def parse_args(kind: str, argv: Sequence[str] | None) -> argparse.Namespace:
     p = argparse.ArgumentParser(prog=f"changeflow-{kind}", description=f"Run a {kind} once.")
     p.add_argument("--config", required=True, help="pipeline configuration file (YAML)")
     p.add_argument("--name", required=True, help=f"the {kind} to run")
+    p.add_argument("--lease-wait", type=float, default=60.0,
+                   help="seconds to wait while another run of the component is active")
     return p.parse_args(argv)
 
 
 def main(kind: str, argv: Sequence[str] | None = None) -> int:
-    """Entry point of ``jobs/<kind>.py``: returns the process exit code."""
+    """Entry point of ``jobs/<kind>.py``: returns the process exit code.
+
+    Exit codes (:mod:`changeflow.errors`): 0 done, 1 finished with a reported failure,
+    65 terminal (do not retry), 75 transient (retry later).
+    """
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s %(message)s")
     args = parse_args(kind, argv)
     try:
@@ -81,11 +93,13 @@ def main(kind: str, argv: Sequence[str] | None = None) -> int:
         from changeflow.spark import get_session
 
         spark = get_session(f"changeflow-{kind}-{args.name}")
-        result = run_component(spark, cfg, kind, args.name)
-    except ChangeflowError as exc:
-        log.error("%s %s failed: %s", kind, args.name, exc)
-        print(f"changeflow {kind} {args.name}: error: {exc}", file=sys.stderr)
-        return 2 if not exc.transient else 75
+        result = run_component(spark, cfg, kind, args.name, lease_wait=args.lease_wait)
+    except Exception as exc:  # noqa: BLE001  (every failure becomes a classified exit code)
+        verdict = "transient, retry later" if is_transient(exc) else "terminal, not retried"
+        log.error("%s %s failed (%s): %s", kind, args.name, verdict, exc,
+                  exc_info=not hasattr(exc, "transient"))
+        print(f"changeflow {kind} {args.name}: error ({verdict}): {exc}", file=sys.stderr)
+        return exit_code(exc)
     summary = getattr(result, "__dict__", result)
     print(json.dumps({"kind": kind, "name": args.name, "result": summary}, default=str))
-    return 0 if getattr(result, "ok", True) else 1
+    return EXIT_OK if getattr(result, "ok", True) else EXIT_FAILED

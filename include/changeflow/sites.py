@@ -11,6 +11,8 @@ from dataclasses import dataclass
 from functools import cache
 
 from changeflow.config import PipelineConfig, Site
+from changeflow.errors import ConfigError
+from changeflow.fs import join
 from changeflow.queues.catalog import QueueCatalog
 from changeflow.state import StateStore
 
@@ -48,17 +50,36 @@ def consumer_name(kind: str, name: str) -> str:
 
 
 def open_pipeline(cfg: PipelineConfig) -> None:
-    """Create the declared queues and register the consumers (idempotent)."""
+    """Create the declared queues and register the consumers (idempotent).
+
+    A queue that was dropped is left dropped (its producers and consumers fail with
+    :class:`~changeflow.errors.QueueDroppedError`), and a queue whose configured
+    staging root changed is refused: its batches would be left behind.
+
+    Raises:
+        ConfigError: a declared queue lives elsewhere than its site's staging root.
+    """
     for q in cfg.queues:
-        site(cfg, q.site).catalog.create_queue(
-            q.name,
-            queue_table=q.queue_table,
-            sort_order=q.sort_order,
-            multiple_consumers=q.multiple_consumers,
-        )
-    for p in cfg.propagations:
-        rt, qname = queue_site(cfg, p.source_queue)
-        rt.catalog.add_consumer(qname, consumer_name("propagation", p.name), "propagation")
-    for a in cfg.applies:
-        rt, qname = queue_site(cfg, a.queue)
-        rt.catalog.add_consumer(qname, consumer_name("apply", a.name), "apply")
+        rt = site(cfg, q.site)
+        if not rt.catalog.create_queue(q.name, queue_table=q.queue_table,
+                                       sort_order=q.sort_order,
+                                       multiple_consumers=q.multiple_consumers):
+            _check_location(cfg, rt, q.name)
+    for kind, specs, attr in (("propagation", cfg.propagations, "source_queue"),
+                              ("apply", cfg.applies, "queue")):
+        for spec in specs:
+            rt, qname = queue_site(cfg, getattr(spec, attr))
+            if rt.catalog.exists(qname):
+                rt.catalog.add_consumer(qname, consumer_name(kind, spec.name), kind)
+
+
+def _check_location(cfg: PipelineConfig, rt: SiteRuntime, queue: str) -> None:
+    props = rt.catalog.properties(queue)
+    expected = join(rt.spec.staging_root, *queue.lower().split(".", 1))
+    if props["status"] == "active" and props["storage_path"] != expected:
+        raise ConfigError(
+            f"queue {queue}@{rt.name} is stored at {props['storage_path']}, but the site's "
+            f"staging_root now puts it at {expected}; changeflow does not move queues "
+            f"silently. Restore staging_root, or move the directory and run "
+            f"`changeflow queues relocate {queue}@{rt.name}`",
+            file=cfg.source_path, key=f"sites.{rt.name}.staging_root")

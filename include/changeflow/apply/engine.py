@@ -55,7 +55,7 @@ def target_catalog(cfg: PipelineConfig, spec: ApplySpec) -> TargetCatalog:
 def high_water_marks(cfg: PipelineConfig, spec: ApplySpec) -> dict[str, int]:
     """The last applied commit position per source database."""
     rt, _ = queue_site(cfg, spec.queue)
-    with rt.store.engine.connect() as c:
+    with rt.store.read() as c:
         rows = c.execute(select(P.c.source_database, P.c.commit_scn).where(P.c.apply == spec.name))
         return {r[0]: int(r[1]) for r in rows}
 

@@ -90,7 +90,7 @@ class TargetCatalog:
 
     def get(self, name: str) -> TargetTable | None:
         """A table's header, or None when it was never applied to."""
-        with self.store.engine.connect() as c:
+        with self.store.read() as c:
             row = c.execute(select(T).where(T.c.name == name)).first()
         if row is None:
             return None
@@ -103,12 +103,12 @@ class TargetCatalog:
 
     def names(self) -> list[str]:
         """All target tables of this site."""
-        with self.store.engine.connect() as c:
+        with self.store.read() as c:
             return [r[0] for r in c.execute(select(T.c.name).order_by(T.c.name))]
 
     def files(self, name: str) -> list[FileEntry]:
         """The live files of a table."""
-        with self.store.engine.connect() as c:
+        with self.store.read() as c:
             rows = c.execute(select(F_).where(F_.c.table_name == name).order_by(F_.c.version))
             return [
                 FileEntry(r.path, r.bucket, r.version, r.kind, r.n_bytes) for r in rows

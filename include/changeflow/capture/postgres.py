@@ -30,6 +30,7 @@ from typing import TYPE_CHECKING, Any
 
 from sqlalchemy import select
 
+from changeflow import faults
 from changeflow.capture import pg_decode
 from changeflow.capture.pg_source import SlotReader
 from changeflow.config import CaptureSpec, PipelineConfig, PostgresSource
@@ -39,6 +40,7 @@ from changeflow.queues import arrow_io
 from changeflow.queues.catalog import NewBatch
 from changeflow.sites import SiteRuntime, open_pipeline, queue_site
 from changeflow.state import schema, utcnow
+from changeflow.state.leases import Lease
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -85,7 +87,7 @@ def _progress_key(spec: CaptureSpec) -> tuple[str, str]:
 def recorded_position(rt: SiteRuntime, spec: CaptureSpec) -> int | None:
     """The end LSN (as an integer) of the last transaction this capture enqueued."""
     name, obj = _progress_key(spec)
-    with rt.store.engine.connect() as c:
+    with rt.store.read() as c:
         value = c.execute(
             select(CP.c.commit_scn).where(CP.c.capture == name, CP.c.source_object == obj)
         ).scalar_one_or_none()
@@ -136,17 +138,29 @@ def _quality_check(
 
 def _enqueue(
     rt: SiteRuntime, queue: str, spec: CaptureSpec, table: pa.Table, last_lsn: int,
-    check: BatchCheck | None = None,
+    check: BatchCheck | None = None, lease: Lease | None = None,
 ) -> int:
     """Write, check and commit one batch with the capture position. Returns messages enqueued."""
     dedup = f"pgcapture:{spec.name}:{pg_decode.int_to_lsn(last_lsn)}"
     batch = arrow_io.write_arrow_batch(rt.catalog, queue, table, producer=f"capture:{spec.name}",
                                        dedup_key=dedup)
+    report = None
     if check is not None and batch is not None:
-        check(batch)  # data-quality checks on the written, not yet visible batch
+        report = check(batch)  # data-quality checks on the written, not yet visible batch
+    from changeflow import quality
+
     with rt.store.begin() as conn:
-        seq = rt.catalog.commit_batch(queue, batch, conn) if batch is not None else None
+        if lease is not None:
+            lease.check(conn)
+        seq = None
+        if batch is not None:
+            seq = rt.catalog.commit_batch(queue, batch, conn,
+                                          state=quality.state_of(report))  # type: ignore[arg-type]
+        failed = quality.set_aside(rt, queue, report, seq, conn)  # type: ignore[arg-type]
         _record_position(conn, spec, last_lsn)
+    faults.point("capture.after_commit")
+    if failed is not None:
+        raise failed
     if batch is not None and seq is None:
         log.info("capture %s: batch %s was enqueued before; dropping the copy", spec.name, dedup)
         arrow_io.delete_batch_files(batch.path)
@@ -164,6 +178,7 @@ def capture_step(
     spark: SparkSession | None = None,
     rule_filter: RuleFilter | None = None,
     check: BatchCheck | None = None,
+    lease: Lease | None = None,
 ) -> int:
     """Peek, enqueue and acknowledge one batch. Returns how many rows the slot gave."""
     src = pg_source(spec)
@@ -174,7 +189,8 @@ def capture_step(
     # written; the cyclic GC would rescan them over and over for nothing.
     gc.disable()
     try:
-        return _capture_rows(reader, rt, queue, spec, result, rows, spark, rule_filter, check)
+        return _capture_rows(reader, rt, queue, spec, result, rows, spark, rule_filter, check,
+                             lease)
     finally:
         gc.enable()
 
@@ -183,6 +199,7 @@ def _capture_rows(
     reader: SlotReader, rt: SiteRuntime, queue: str, spec: CaptureSpec,
     result: PgCaptureResult, rows: list[tuple[str, str, str]],
     spark: SparkSession | None, rule_filter: RuleFilter | None, check: BatchCheck | None = None,
+    lease: Lease | None = None,
 ) -> int:
     src = pg_source(spec)
     done = recorded_position(rt, spec) or 0
@@ -200,7 +217,7 @@ def _capture_rows(
         result.transactions += 1
     if last > done:
         table = _filter(spark, builder.to_arrow(), rule_filter)
-        result.messages += _enqueue(rt, queue, spec, table, last, check)
+        result.messages += _enqueue(rt, queue, spec, table, last, check, lease)
         result.batches += 1
         result.last_lsn = pg_decode.int_to_lsn(last)
     reader.advance(last)
@@ -247,14 +264,16 @@ def run_pg_capture(
     rt, queue = queue_site(cfg, spec.queue)
     result = PgCaptureResult(name)
     url = resolve_url(source)
-    with connect(url, application_name=f"changeflow-capture-{name}",
-                 attempts=connect_attempts) as conn:
+    with Lease(rt.store, f"capture:{name}", wait=busy_wait) as lease, connect(
+            url, application_name=f"changeflow-capture-{name}",
+            attempts=connect_attempts) as conn:
         reader = SlotReader(conn, source, name)
         reader.lock(busy_wait)
         reader.open(recorded_position(rt, spec))
         while max_batches is None or result.batches < max_batches:
             n = capture_step(reader, rt, queue, spec, result, spark=spark,
-                             rule_filter=rule_filter, check=_quality_check(spark, cfg, spec))
+                             rule_filter=rule_filter, check=_quality_check(spark, cfg, spec),
+                             lease=lease)
             elapsed = time.monotonic() - started
             if max_seconds is not None and elapsed >= max_seconds:
                 break

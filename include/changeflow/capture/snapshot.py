@@ -18,12 +18,13 @@ from typing import TYPE_CHECKING
 
 from sqlalchemy import select
 
-from changeflow import fs, lcr, quality, values
+from changeflow import faults, fs, lcr, quality, values
 from changeflow.config import CaptureSpec, PipelineConfig, SnapshotSource, SnapshotTable
 from changeflow.errors import ConfigError, SchemaMismatchError
 from changeflow.queues import io as qio
 from changeflow.sites import SiteRuntime, open_pipeline, queue_site
 from changeflow.state import schema, utcnow
+from changeflow.state.leases import Lease
 
 if TYPE_CHECKING:
     from pyspark.sql import Column, DataFrame, SparkSession
@@ -167,7 +168,7 @@ def _field(spec: tuple[str, str, bool], given: dict[str, Column]) -> Column:
 
 def _progress(rt: SiteRuntime, capture: str, table: str) -> int:
     t = schema.capture_progress
-    with rt.store.engine.connect() as c:
+    with rt.store.read() as c:
         value = c.execute(
             select(t.c.position).where(t.c.capture == capture, t.c.source_object == table)
         ).scalar_one_or_none()
@@ -192,8 +193,14 @@ def capture_snapshot(
     spec: CaptureSpec,
     n: int,
     rule_filter: object | None = None,
+    lease: Lease | None = None,
 ) -> int:
-    """Capture snapshot ``n`` of every table as one transaction. Returns messages enqueued."""
+    """Capture snapshot ``n`` of every table as one transaction. Returns messages enqueued.
+
+    Raises:
+        QualityError: the batch failed a blocking check; it was committed set aside
+            and the capture's position moved past it.
+    """
     from functools import reduce
 
     rt, queue = queue_site(cfg, spec.queue)
@@ -222,31 +229,47 @@ def capture_snapshot(
         lcrs = rule_filter(lcrs)  # type: ignore[operator]
     batch = qio.write_batch(spark, rt.catalog, queue, lcrs, producer=f"capture:{spec.name}",
                             dedup_key=dedup)
-    quality.check_batch(spark, cfg, stage=f"capture:{spec.name}", batch=batch, queue=spec.queue)
+    report = quality.check_batch(spark, cfg, stage=f"capture:{spec.name}", batch=batch,
+                                 queue=spec.queue)
     with rt.store.begin() as conn:
-        if batch is not None and rt.catalog.commit_batch(queue, batch, conn) is None:
-            fs.delete(spark, batch.path)
-            return 0
+        if lease is not None:
+            lease.check(conn)
+        seq = None
+        if batch is not None:
+            seq = rt.catalog.commit_batch(queue, batch, conn, state=quality.state_of(report))
+            if seq is None:
+                fs.delete(spark, batch.path)
+                return 0
+        failed = quality.set_aside(rt, queue, report, seq, conn)
         _record(conn, spec.name, [t.name for t in tables], n, scn)
+    faults.point("capture.after_commit")
+    if failed is not None:
+        raise failed
     return batch.n_messages if batch else 0
 
 
 def run_capture(
-    spark: SparkSession, cfg: PipelineConfig, name: str, rule_filter: object | None = None
+    spark: SparkSession, cfg: PipelineConfig, name: str, rule_filter: object | None = None,
+    *, lease_wait: float = 0.0,
 ) -> CaptureResult:
-    """Capture every snapshot not captured yet, oldest first."""
+    """Capture every snapshot not captured yet, oldest first, holding the capture's lease.
+
+    Raises:
+        LeaseHeldError: another run of this capture is active (transient).
+    """
     open_pipeline(cfg)
     spec: CaptureSpec = cfg.component("capture", name)
     rt, _ = queue_site(cfg, spec.queue)
     result = CaptureResult(name)
-    todo: set[int] = set()
-    src = snapshot_source(spec)
-    for t in src.tables:
-        done = _progress(rt, name, t.name)
-        todo.update(s for s in list_snapshots(spark, src, t.name) if s > done)
-    for n in sorted(todo):
-        count = capture_snapshot(spark, cfg, spec, n, rule_filter)
-        result.snapshots.append(n)
-        result.messages += count
-        log.info("capture %s: snapshot %s -> %s messages", name, n, count)
+    with Lease(rt.store, f"capture:{name}", wait=lease_wait) as lease:
+        todo: set[int] = set()
+        src = snapshot_source(spec)
+        for t in src.tables:
+            done = _progress(rt, name, t.name)
+            todo.update(s for s in list_snapshots(spark, src, t.name) if s > done)
+        for n in sorted(todo):
+            count = capture_snapshot(spark, cfg, spec, n, rule_filter, lease)
+            result.snapshots.append(n)
+            result.messages += count
+            log.info("capture %s: snapshot %s -> %s messages", name, n, count)
     return result

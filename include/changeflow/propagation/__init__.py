@@ -2,18 +2,28 @@
 
 The destination may be in another site (another staging root and state store). The
 protocol makes the destination enqueue and the source acknowledgement unable to
-diverge:
+diverge, and makes two overlapping runs unable to duplicate anything:
 
+0. *Lease*: a run holds the propagation's lease (in the source site's store) while
+   it works, so a second run, from Airflow, the CLI or Python, waits or exits with a
+   clear message (:mod:`changeflow.state.leases`).
 1. *Recover*: ask the destination for the highest source batch this propagation has
    committed there; if the source position is behind it, acknowledge up to it (the
    previous run crashed between the two commits).
-2. Read the pending source batches, filter them by the propagation's rule sets.
-3. Write one destination batch and commit it with the dedup key
-   ``propagation:<name>:<last source seq>``; a retry of the same range is a no-op.
+2. Read the pending source batches (at most the pass limits: a backlog drains in
+   steps), filter them by the propagation's rule sets.
+3. Write one destination batch and commit it with its source range
+   ``first..last`` and the dedup key ``propagation:<name>:<last>``. The destination
+   refuses a range that overlaps one this propagation committed before: a replay of
+   the same range is a no-op, a run that raced another fails transiently
+   (:class:`~changeflow.errors.RangeConflictError`) and re-reads. The commit also
+   checks the lease's token, so a run that stalled past its lease commits nothing.
 4. Acknowledge the source up to the last batch read.
 
 A crash anywhere loses nothing (the source is acknowledged last) and duplicates
-nothing (the destination recognises the range it already holds).
+nothing (the destination recognises the range it already holds). A destination that
+was dropped fails with :class:`~changeflow.errors.QueueDroppedError` (terminal):
+the schedule marks the messages UNDELIVERABLE instead of re-creating the queue.
 """
 
 from __future__ import annotations
@@ -24,13 +34,15 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from changeflow import fs, quality
+from changeflow import faults, fs, quality
 from changeflow.config import PipelineConfig, PropagationSpec
 from changeflow.queues import io as qio
 from changeflow.sites import consumer_name, open_pipeline, queue_site
+from changeflow.state.leases import Lease
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
+    from sqlalchemy.engine import Connection
 
 log = logging.getLogger(__name__)
 
@@ -39,7 +51,11 @@ RuleFilter = Callable[["DataFrame"], "DataFrame"]
 
 @dataclass
 class PropagationResult:
-    """What one propagation run did (the figures schedule statistics are built from)."""
+    """What one propagation run did (the figures schedule statistics are built from).
+
+    ``messages_propagated`` and ``bytes_propagated`` count what this run committed at
+    the destination: a pass whose range was already there (a replay) counts zero.
+    """
 
     propagation: str
     batches_read: int = 0
@@ -48,6 +64,7 @@ class PropagationResult:
     bytes_propagated: int = 0
     destination_seq: int | None = None
     recovered: bool = False
+    more_pending: bool = False
     seconds: float = 0.0
 
     @property
@@ -63,17 +80,36 @@ def propagate_once(
     *,
     rule_filter: RuleFilter | None = None,
     max_batches: int | None = None,
+    lease_wait: float = 0.0,
     crash_after_destination_commit: bool = False,
 ) -> PropagationResult:
-    """Propagate every pending source batch (at most ``max_batches``) once.
+    """Propagate pending source batches once, up to the propagation's pass limits.
 
     Args:
+        max_batches: cap the pass at this many source batches (besides the limits).
+        lease_wait: seconds to wait for a run that holds the lease.
         crash_after_destination_commit: a test hook that raises between the two
             commits, to prove recovery.
+
+    Raises:
+        LeaseHeldError: another run of this propagation is active (transient).
+        RangeConflictError: a run without the lease committed part of this range
+            first (transient; the next pass re-reads).
+        QueueDroppedError: the destination queue was dropped (terminal).
     """
-    started = time.monotonic()
     open_pipeline(cfg)
     spec: PropagationSpec = cfg.component("propagation", name)
+    src_rt, _ = queue_site(cfg, spec.source_queue)
+    with Lease(src_rt.store, f"propagation:{name}", wait=lease_wait) as lease:
+        return _propagate(spark, cfg, spec, lease, rule_filter, max_batches,
+                          crash_after_destination_commit)
+
+
+def _propagate(spark: SparkSession, cfg: PipelineConfig, spec: PropagationSpec, lease: Lease,
+               rule_filter: RuleFilter | None, max_batches: int | None,
+               crash: bool) -> PropagationResult:
+    started = time.monotonic()
+    name = spec.name
     src_rt, src_q = queue_site(cfg, spec.source_queue)
     dst_rt, dst_q = queue_site(cfg, spec.destination_queue)
     consumer = consumer_name("propagation", name)
@@ -86,38 +122,67 @@ def propagate_once(
         src_rt.catalog.ack(src_q, consumer, done)
         result.recovered = True
 
-    batches = src_rt.catalog.pending(src_q, consumer, max_batches=max_batches)
+    limits = spec.limits
+    batches = src_rt.catalog.pending(src_q, consumer, max_batches=max_batches,
+                                     max_messages=limits.max_messages,
+                                     max_bytes=limits.max_bytes)
     if not batches:
         result.seconds = time.monotonic() - started
         return result
-    last = batches[-1].seq
+    first, last = batches[0].seq, batches[-1].seq
     result.batches_read = len(batches)
     result.messages_read = sum(b.n_messages for b in batches)
     df = qio.read_batches(spark, batches)
     df, entered = quality.observe_input(df, name)
     if rule_filter is not None:
         df = rule_filter(df)
-    with qio.guard(batches):
+    with qio.guard(batches, destination=spec.destination_queue):
         new = qio.write_batch(
             spark, dst_rt.catalog, dst_q, df, producer=producer,
-            dedup_key=f"{producer}:{last}", source_last_seq=last,
+            dedup_key=f"{producer}:{last}", source_last_seq=last, source_first_seq=first,
         )
     if new is not None:
-        quality.check_batch(spark, cfg, stage=producer, batch=new, queue=spec.destination_queue,
-                            counters=quality.hop_counters(result.messages_read, entered,
-                                                          new.n_messages))
-        seq = dst_rt.catalog.commit_batch(dst_q, new)
+        report = quality.check_batch(
+            spark, cfg, stage=producer, batch=new, queue=spec.destination_queue,
+            counters=quality.hop_counters(result.messages_read, entered, new.n_messages))
+        faults.point("propagation.before_destination_commit")
+        try:
+            with dst_rt.store.begin() as conn:
+                seq = dst_rt.catalog.commit_batch(
+                    dst_q, new, conn, state=quality.state_of(report),
+                    guard=_lease_guard(lease, dst_rt.store.url == src_rt.store.url))
+                failed = quality.set_aside(dst_rt, dst_q, report, seq, conn)
+        except BaseException:
+            fs.delete(spark, new.path)  # never visible: nothing references it
+            raise
+        faults.point("propagation.after_destination_commit")
         if seq is None:  # a previous attempt committed this range already
             fs.delete(spark, new.path)
-        result.destination_seq = seq
-        result.messages_propagated = new.n_messages
-        result.bytes_propagated = new.n_bytes
-    if crash_after_destination_commit:
+        else:
+            result.destination_seq = seq
+            result.messages_propagated = new.n_messages
+            result.bytes_propagated = new.n_bytes
+    else:
+        failed = None
+    if crash:
         raise RuntimeError("simulated crash between destination commit and source ack")
     src_rt.catalog.ack(src_q, consumer, last)
+    faults.point("propagation.after_source_ack")
+    result.more_pending = bool(src_rt.catalog.pending(src_q, consumer, max_batches=1))
     purge(spark, cfg, spec.source_queue)
     result.seconds = time.monotonic() - started
+    if failed is not None:
+        raise failed
     return result
+
+
+def _lease_guard(lease: Lease, same_store: bool) -> Callable[[Connection], None]:
+    """Check the lease inside the destination commit (one transaction when one store)."""
+
+    def guard(conn: Connection) -> None:
+        lease.check(conn if same_store else None)
+
+    return guard
 
 
 def purge(spark: SparkSession, cfg: PipelineConfig, queue_ref: str) -> int:

@@ -7,8 +7,10 @@ The stages call one function each, between writing their output and committing i
   :func:`observe_input` and :func:`hop_counters`);
 * applies: :func:`check_target` on the written, uncommitted delta files.
 
-A blocking failure quarantines the data and raises :class:`QualityError`; other
-failures log a warning. Every validation is persisted (:mod:`changeflow.quality.results`)
+A blocking failure of a batch commits it set aside (:func:`state_of`,
+:func:`set_aside`) and the stage raises :class:`QualityError` after its commit; a
+blocking failure of an apply's delta quarantines the files. Other failures log a
+warning. Every validation is persisted (:mod:`changeflow.quality.results`)
 and rendered by :func:`build_data_docs`.
 """
 
@@ -19,6 +21,8 @@ from changeflow.quality.batch import (
     check_batch,
     hop_counters,
     observe_input,
+    set_aside,
+    state_of,
 )
 from changeflow.quality.policy import QualityError, QualityReport, blocking_policy
 from changeflow.quality.target import check_target
@@ -33,6 +37,8 @@ __all__ = [
     "check_target",
     "hop_counters",
     "observe_input",
+    "set_aside",
+    "state_of",
 ]
 
 

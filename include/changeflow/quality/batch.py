@@ -5,8 +5,14 @@
 with a pruned schema in one pass that rolls every per-message check up per source
 transaction, counts distinct message ids in a second aggregate, and validates the
 ``lcr_batch`` suite on the small rollup in one GX call (with the hop's counters when
-the stage passes them). It persists the result, then either returns (passed or warned)
-or quarantines the batch and raises :class:`~changeflow.quality.policy.QualityError`.
+the stage passes them). It persists the result and returns the report.
+
+A batch that failed a blocking check is still committed, but *set aside*: the stage
+commits it with :func:`state_of` (``quarantined``) and calls :func:`set_aside` in the
+same transaction, which records it in the queue's quarantine (see
+:mod:`changeflow.queues.quarantine`) and returns the
+:class:`~changeflow.quality.policy.QualityError` to raise once committed. The stage
+moves on, later batches flow, and an operator releases the batch once fixed.
 """
 
 from __future__ import annotations
@@ -19,11 +25,13 @@ from changeflow.config import PipelineConfig
 from changeflow.quality import facts, quarantine, results
 from changeflow.quality.policy import QualityError, QualityReport, blocking_policy, log_warnings
 from changeflow.quality.validator import validate
-from changeflow.queues.catalog import NewBatch
+from changeflow.queues.catalog import QUARANTINED, READY, NewBatch
+from changeflow.queues.quarantine import record_committed
 from changeflow.sites import SiteRuntime, queue_site
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, Observation, SparkSession
+    from sqlalchemy.engine import Connection
 
 SAMPLE_COLUMNS = ("msg_id", "kind", "command_type", "object_owner", "object_name",
                   "source_database_name", "transaction_id", "commit_scn", "position")
@@ -80,8 +88,9 @@ def check_batch(
         queue: the queue reference, as in the configuration (``owner.name@site``).
         counters: the stage's own counters, to reconcile the hop.
 
-    Raises:
-        QualityError: a blocking check failed; the batch was moved to quarantine.
+    Returns:
+        The report; its ``status`` is ``failed`` when a blocking check failed (commit
+        the batch with :func:`state_of` and call :func:`set_aside`).
     """
     if batch is None or not cfg.quality.enabled:
         return None
@@ -129,9 +138,8 @@ def _finish(spark: SparkSession, rt: SiteRuntime, report: QualityReport, batch: 
     qname = report.subject
     report.seconds = time.monotonic() - started
     if report.status == "failed":
-        dest = quarantine.batch_location(rt.spec.staging_root, qname, batch.path)
-        report.quarantine_path = dest
-        quarantine.quarantine(spark, batch.path, dest, report.to_dict())
+        report.quarantine_path = batch.path
+        quarantine.write_result(spark, batch.path, report.to_dict())
     report.result_id = results.record(
         rt.store, stage=report.stage, subject=qname, producer=batch.producer,
         batch_id=batch.batch_id, status=report.status, n_rows=report.n_rows,
@@ -139,10 +147,29 @@ def _finish(spark: SparkSession, rt: SiteRuntime, report: QualityReport, batch: 
         gx=[r.gx_result for r in report.runs], watermarks=marks,
         quarantine_path=report.quarantine_path,
     )
-    if report.status == "failed":
-        raise QualityError(report)
     log_warnings(report)
     return report
+
+
+def state_of(report: QualityReport | None) -> str:
+    """The state to commit a checked batch in: ``quarantined`` when it failed."""
+    return QUARANTINED if report is not None and report.status == "failed" else READY
+
+
+def set_aside(rt: SiteRuntime, queue: str, report: QualityReport | None,
+              seq: int | None, conn: Connection | None = None) -> QualityError | None:
+    """Record a failed batch, committed as ``seq``, in the queue's quarantine.
+
+    Returns:
+        The error the stage raises after its commit, or ``None`` when the batch
+        passed (or was a replay that committed nothing).
+    """
+    if report is None or report.status != "failed" or seq is None:
+        return None
+    record_committed(rt.catalog, queue, seq, f"data-quality check failed at {report.stage}",
+                     origin="quality", conn=conn)
+    report.quarantine_seq = seq
+    return QualityError(report)
 
 
 def _watermarks(txn: DataFrame, prior: dict[str, int]) -> dict[str, int]:

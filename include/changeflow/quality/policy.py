@@ -68,6 +68,7 @@ class QualityReport:
     seconds: float = 0.0
     quarantine_path: str | None = None
     result_id: int | None = None
+    quarantine_seq: int | None = None
 
     @property
     def checks(self) -> list[CheckResult]:
@@ -111,7 +112,7 @@ def describe(check: CheckResult) -> str:
 
 
 class QualityError(TerminalError):
-    """A batch failed a blocking data-quality check; it was quarantined, not committed.
+    """A batch failed a blocking data-quality check; it was committed set aside.
 
     This is the hook point for alerts: a DAG's failure callback sees this error (a
     :class:`~changeflow.errors.TerminalError`, so schedules do not retry it) with the
@@ -130,6 +131,11 @@ class QualityError(TerminalError):
         tail = f"; also failed: {', '.join(more)}" if more else ""
         where = (f"; quarantined at {report.quarantine_path}" if report.quarantine_path
                  else "")
+        seq = report.quarantine_seq
+        if seq is not None:
+            where = (f"; set aside as batch {seq} of queue {report.subject} (later batches "
+                     f"flow; `changeflow queues release {report.subject} {seq}` puts it back "
+                     f"once fixed)")
         super().__init__(head + tail + where)
 
 

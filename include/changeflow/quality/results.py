@@ -7,8 +7,8 @@ summary (checks, counts, sample rows), GX's own validation results (what Data Do
 render) and, for LCR batches, the per-source commit-position watermark the next
 batch of the same producer is checked against.
 
-The table is created on first use; it is not part of the core schema, so the core
-never depends on this package.
+The table is declared in :mod:`changeflow.state.schema_quality` with the store's
+other tables.
 """
 
 from __future__ import annotations
@@ -17,42 +17,11 @@ import json
 from dataclasses import dataclass
 from typing import Any
 
-from sqlalchemy import (
-    BigInteger,
-    Column,
-    DateTime,
-    MetaData,
-    String,
-    Table,
-    Text,
-    func,
-    select,
-)
+from sqlalchemy import func, select
 
 from changeflow.config import PipelineConfig
 from changeflow.state import StateStore, schema, utcnow
-
-metadata = MetaData()
-
-results = Table(
-    "cf_quality_results",
-    metadata,
-    Column("id", schema.ID, primary_key=True, autoincrement=True),
-    Column("stage", String(300), nullable=False, index=True),
-    Column("subject", String(300), nullable=False),
-    Column("producer", String(300)),
-    Column("batch_id", String(64)),
-    Column("status", String(10), nullable=False),  # passed | warned | failed
-    Column("n_rows", BigInteger),
-    Column("seconds", String(20)),
-    Column("checks_json", Text, nullable=False),
-    Column("gx_json", Text, nullable=False),
-    Column("watermarks_json", Text),
-    Column("quarantine_path", Text),
-    Column("created_at", DateTime(timezone=True), nullable=False),
-)
-
-_ready: set[str] = set()
+from changeflow.state.schema_quality import results
 
 
 @dataclass(frozen=True)
@@ -74,13 +43,6 @@ class StoredResult:
         return {**self.__dict__, "created_at": str(self.created_at)}
 
 
-def ensure(store: StateStore) -> None:
-    """Create the results table in a store if it is missing (once per process)."""
-    if store.url not in _ready:
-        metadata.create_all(store.engine, checkfirst=True)
-        _ready.add(store.url)
-
-
 def record(store: StateStore, **values: Any) -> int:
     """Persist one validation. Returns its id.
 
@@ -89,7 +51,6 @@ def record(store: StateStore, **values: Any) -> int:
         values: the columns of :data:`results`; ``checks``, ``gx`` and ``watermarks``
             are given as Python objects and stored as JSON.
     """
-    ensure(store)
     gx = values.get("gx", [])
     for r in gx:  # let Data Docs name the stage and batch of each GX result
         r.setdefault("meta", {})["changeflow"] = {
@@ -121,16 +82,16 @@ def prior_watermarks(store: StateStore, queue: str, producer: str) -> dict[str, 
     Only batches that really were committed count (a validated batch whose commit was
     a dedup no-op, or that was quarantined, leaves no trace in the queue catalog).
     """
-    ensure(store)
     B = schema.queue_batches
     stmt = (
         select(results.c.watermarks_json)
         .where(results.c.subject == queue, results.c.producer == producer,
-               results.c.batch_id.in_(select(B.c.batch_id).where(B.c.queue == queue)))
+               results.c.batch_id.in_(select(B.c.batch_id).where(B.c.queue == queue,
+                                                                 B.c.state == "ready")))
         .order_by(results.c.id.desc())
         .limit(1)
     )
-    with store.engine.connect() as c:
+    with store.read() as c:
         text = c.execute(stmt).scalar_one_or_none()
     return {k: int(v) for k, v in json.loads(text).items()} if text else {}
 
@@ -146,9 +107,8 @@ def _stored(row: Any) -> StoredResult:
 
 def latest(store: StateStore) -> list[StoredResult]:
     """The latest result of every stage recorded in a store, by stage name."""
-    ensure(store)
     last = select(func.max(results.c.id)).group_by(results.c.stage)
-    with store.engine.connect() as c:
+    with store.read() as c:
         rows = c.execute(
             select(results).where(results.c.id.in_(last)).order_by(results.c.stage)
         )
@@ -157,9 +117,8 @@ def latest(store: StateStore) -> list[StoredResult]:
 
 def gx_results(store: StateStore, *, limit: int = 200) -> list[dict[str, Any]]:
     """GX validation results of the most recent validations, newest first."""
-    ensure(store)
     stmt = select(results.c.gx_json).order_by(results.c.id.desc()).limit(limit)
-    with store.engine.connect() as c:
+    with store.read() as c:
         return [r for (text,) in c.execute(stmt) for r in json.loads(text)]
 
 

@@ -20,13 +20,27 @@ from sqlalchemy import delete, func, select, update
 from sqlalchemy.engine import Connection
 from sqlalchemy.exc import IntegrityError
 
-from changeflow.errors import QueueNotFoundError, TerminalError
+from changeflow.errors import (
+    ConfigError,
+    QueueDroppedError,
+    QueueNotFoundError,
+    RangeConflictError,
+    TerminalError,
+)
 from changeflow.fs import join
 from changeflow.state import StateStore, schema, utcnow
 
 Q = schema.queues
 B = schema.queue_batches
 C = schema.queue_consumers
+R = schema.batch_recipients
+
+READY = "ready"
+QUARANTINED = "quarantined"
+#: Queue properties ``create_queue``/``alter_queue`` accept besides the name.
+QUEUE_PROPERTIES = ("queue_table", "sort_order", "multiple_consumers", "queue_type",
+                    "payload_type", "max_retries", "retry_delay", "retention_time", "secure",
+                    "enqueue_enabled", "dequeue_enabled", "comment")
 
 
 @dataclass(frozen=True)
@@ -60,6 +74,7 @@ class NewBatch:
     min_commit_scn: int | None = None
     max_commit_scn: int | None = None
     oldest_time: dt.datetime | None = None
+    source_first_seq: int | None = None
 
 
 @dataclass(frozen=True)
@@ -125,46 +140,134 @@ class QueueCatalog:
         queue_table: str | None = None,
         sort_order: str = "commit_time",
         multiple_consumers: bool = True,
-    ) -> None:
-        """Create a queue if it does not exist (idempotent)."""
+        recreate_dropped: bool = False,
+        **properties: Any,
+    ) -> bool:
+        """Create a queue if it does not exist (idempotent). Returns whether it created one.
+
+        A queue that was dropped stays dropped unless ``recreate_dropped`` is given:
+        opening a pipeline never re-creates a queue behind an operator's back.
+
+        Args:
+            properties: further :data:`QUEUE_PROPERTIES` (``max_retries``, ``secure``, ...).
+        """
+        if unknown := set(properties) - set(QUEUE_PROPERTIES):
+            raise ConfigError(f"unknown queue properties {sorted(unknown)} for queue {name!r}")
         name = name.lower()
         owner, qname = name.split(".", 1)
+        values = {"queue_table": queue_table or f"{name}_table", "sort_order": sort_order,
+                  "multiple_consumers": multiple_consumers, **properties}
+        with self.store.read() as conn:  # the common case, without the write lock
+            found = conn.execute(select(Q.c.status).where(Q.c.name == name)).first()
+            if found is not None and (found.status != "dropped" or not recreate_dropped):
+                return False
         with self.store.begin() as conn:
-            if conn.execute(select(Q.c.name).where(Q.c.name == name)).first():
-                return
+            row = conn.execute(select(Q.c.status).where(Q.c.name == name)).first()
+            if row is not None:
+                if row.status != "dropped" or not recreate_dropped:
+                    return False
+                conn.execute(update(Q).where(Q.c.name == name).values(
+                    status="active", dropped_at=None, created_at=utcnow(), **values))
+                return True
             conn.execute(
                 Q.insert().values(
                     name=name,
-                    queue_table=queue_table or f"{name}_table",
-                    sort_order=sort_order,
-                    multiple_consumers=multiple_consumers,
                     storage_path=join(self.staging_root, owner, qname),
                     created_at=utcnow(),
+                    status="active",
+                    **values,
                 )
             )
+        return True
+
+    def alter_queue(self, name: str, **properties: Any) -> None:
+        """Change queue properties (``ALTER_QUEUE``)."""
+        if unknown := set(properties) - set(QUEUE_PROPERTIES):
+            raise ConfigError(f"unknown queue properties {sorted(unknown)} for queue {name!r}")
+        with self.store.begin() as conn:
+            self._queue_row(name, conn, lock=True)
+            if properties:
+                conn.execute(update(Q).where(Q.c.name == name.lower()).values(**properties))
+
+    def drop_queue(self, name: str, *, force: bool = False) -> list[Batch]:
+        """Drop a queue (``DROP_QUEUE``). Returns its batches, whose files the caller deletes.
+
+        The queue's row stays, marked dropped, so nothing re-creates it unasked and a
+        propagation into it fails with :class:`QueueDroppedError` (terminal).
+
+        Raises:
+            TerminalError: the queue still holds messages and ``force`` was not given.
+        """
+        name = name.lower()
+        with self.store.begin() as conn:
+            self._queue_row(name, conn, lock=True)
+            held = [_batch(r) for r in conn.execute(
+                select(B).where(B.c.queue == name, B.c.path != "").order_by(B.c.seq))]
+            n = sum(b.n_messages for b in held)
+            if n and not force:
+                raise TerminalError(
+                    f"queue {name!r} still holds {n} messages in {len(held)} batches; "
+                    f"drop it with force to discard them")
+            conn.execute(delete(R).where(R.c.seq.in_(
+                select(B.c.seq).where(B.c.queue == name).scalar_subquery())))
+            conn.execute(delete(B).where(B.c.queue == name))
+            conn.execute(delete(C).where(C.c.queue == name))
+            conn.execute(update(Q).where(Q.c.name == name).values(status="dropped",
+                                                                   dropped_at=utcnow()))
+        return held
 
     def queue_path(self, name: str) -> str:
         """The directory holding a queue's batches."""
         row = self._queue_row(name)
         return str(row._mapping["storage_path"])
 
-    def _queue_row(self, name: str, conn: Connection | None = None) -> Any:
+    def _queue_row(self, name: str, conn: Connection | None = None, *,
+                   lock: bool = False, allow_dropped: bool = False) -> Any:
+        """The queue's row. ``lock`` takes its row lock (PostgreSQL) until commit."""
         stmt = select(Q).where(Q.c.name == name.lower())
+        if lock:
+            stmt = stmt.with_for_update()
         if conn is not None:
             row = conn.execute(stmt).first()
         else:
-            with self.store.engine.connect() as c:
+            with self.store.read() as c:
                 row = c.execute(stmt).first()
         if row is None:
             raise QueueNotFoundError(
-                f"queue {name!r} does not exist in state store {self.store.url!r}"
+                f"queue {name!r} does not exist in state store {self.store.safe_url!r}"
+            )
+        if row._mapping["status"] == "dropped" and not allow_dropped:
+            raise QueueDroppedError(
+                f"queue {name!r} was dropped at {row._mapping['dropped_at']} "
+                f"(state store {self.store.safe_url!r}); it is not re-created automatically"
             )
         return row
 
+    def relocate(self, name: str) -> str:
+        """Point a queue at its place under this catalog's staging root (after a move).
+
+        Batch paths under the old location are rewritten too. Returns the new path.
+        """
+        name = name.lower()
+        new = join(self.staging_root, *name.split(".", 1))
+        with self.store.begin() as conn:
+            old = str(self._queue_row(name, conn, lock=True)._mapping["storage_path"])
+            conn.execute(update(Q).where(Q.c.name == name).values(storage_path=new))
+            for r in conn.execute(select(B.c.seq, B.c.path).where(
+                    B.c.queue == name, B.c.path.startswith(old))).all():
+                conn.execute(update(B).where(B.c.seq == r.seq).values(
+                    path=new + r.path[len(old):]))
+        return new
+
+    def properties(self, name: str) -> dict[str, Any]:
+        """A queue's row: its queue-table and AQ properties, status and storage path."""
+        return dict(self._queue_row(name, allow_dropped=True)._mapping)
+
     def exists(self, name: str) -> bool:
-        """Whether a queue is defined."""
-        with self.store.engine.connect() as c:
-            return c.execute(select(Q.c.name).where(Q.c.name == name.lower())).first() is not None
+        """Whether a queue is defined (and not dropped)."""
+        with self.store.read() as c:
+            return c.execute(select(Q.c.name).where(
+                Q.c.name == name.lower(), Q.c.status != "dropped")).first() is not None
 
     def new_batch_path(self, queue: str) -> tuple[str, str]:
         """A fresh batch id and the directory an enqueue should write it to."""
@@ -175,6 +278,10 @@ class QueueCatalog:
     def add_consumer(self, queue: str, consumer: str, kind: str = "user") -> None:
         """Register a consumer (idempotent); it starts before the oldest retained batch."""
         queue = queue.lower()
+        with self.store.read() as conn:
+            if conn.execute(select(C.c.consumer).where(
+                    C.c.queue == queue, C.c.consumer == consumer)).first():
+                return
         with self.store.begin() as conn:
             self._queue_row(queue, conn)
             found = conn.execute(
@@ -183,7 +290,8 @@ class QueueCatalog:
             if found:
                 return
             floor = conn.execute(
-                select(func.min(B.c.seq)).where(B.c.queue == queue, B.c.path != "")
+                select(func.min(B.c.seq)).where(B.c.queue == queue, B.c.path != "",
+                                                B.c.state == READY)
             ).scalar_one_or_none()
             conn.execute(
                 C.insert().values(
@@ -199,7 +307,7 @@ class QueueCatalog:
         """A consumer's position (last acknowledged batch sequence number)."""
         stmt = select(C.c.position).where(C.c.queue == queue.lower(), C.c.consumer == consumer)
         if conn is None:
-            with self.store.engine.connect() as c:
+            with self.store.read() as c:
                 value = c.execute(stmt).scalar_one_or_none()
         else:
             value = conn.execute(stmt).scalar_one_or_none()
@@ -207,19 +315,39 @@ class QueueCatalog:
             raise TerminalError(f"{consumer!r} is not a consumer of queue {queue!r}")
         return int(value)
 
-    def pending(self, queue: str, consumer: str, *, max_batches: int | None = None) -> list[Batch]:
-        """Committed batches the consumer has not acknowledged yet, oldest first."""
-        self._queue_row(queue)
-        pos = self.position(queue, consumer)
-        stmt = (
-            select(B)
-            .where(B.c.queue == queue.lower(), B.c.seq > pos, B.c.path != "")
-            .order_by(B.c.seq)
-        )
-        if max_batches:
-            stmt = stmt.limit(max_batches)
-        with self.store.engine.connect() as c:
-            return [_batch(r) for r in c.execute(stmt)]
+    def pending(self, queue: str, consumer: str, *, max_batches: int | None = None,
+                max_messages: int | None = None, max_bytes: int | None = None) -> list[Batch]:
+        """Committed batches the consumer has not acknowledged yet, oldest first.
+
+        Quarantined batches are skipped, and so are batches addressed to other
+        consumers only. The bounds cap one pass's work (a backlog drains in steps);
+        the first batch is always returned, however big.
+        """
+        queue = queue.lower()
+        with self.store.read() as c:
+            self._queue_row(queue, c)
+            pos = self.position(queue, consumer, c)
+            addressed = select(R.c.seq).where(R.c.seq == B.c.seq)
+            mine = select(R.c.seq).where(R.c.seq == B.c.seq, R.c.consumer == consumer)
+            stmt = (
+                select(B)
+                .where(B.c.queue == queue, B.c.seq > pos, B.c.path != "", B.c.state == READY,
+                       ~addressed.exists() | mine.exists())
+                .order_by(B.c.seq)
+            )
+            if max_batches:
+                stmt = stmt.limit(max_batches)
+            out: list[Batch] = []
+            n = nbytes = 0
+            for r in c.execute(stmt):
+                b = _batch(r)
+                if out and ((max_messages and n + b.n_messages > max_messages)
+                            or (max_bytes and nbytes + b.n_bytes > max_bytes)):
+                    break
+                out.append(b)
+                n += b.n_messages
+                nbytes += b.n_bytes
+        return out
 
     def ack(self, queue: str, consumer: str, seq: int, conn: Connection | None = None) -> None:
         """Acknowledge every batch up to ``seq``; positions never move backwards."""
@@ -237,22 +365,49 @@ class QueueCatalog:
 
     # -- batches -----------------------------------------------------------------
     def commit_batch(
-        self, queue: str, batch: NewBatch, conn: Connection | None = None
+        self, queue: str, batch: NewBatch, conn: Connection | None = None, *,
+        state: str = READY, guard: Any = None,
     ) -> int | None:
         """Make a written batch visible. Returns its sequence number.
 
-        When ``batch.dedup_key`` was committed before, nothing changes and ``None`` is
-        returned: this is what makes re-running a capture or a propagation harmless.
+        Commits of one queue are serialised on the queue's row lock, and the sequence
+        number is taken under that lock: a batch that becomes visible later always has
+        a higher number, so a consumer can never pass a batch that is still committing.
+
+        When ``batch.dedup_key`` was committed before, or ``batch`` carries a source
+        range (``source_first_seq``..``source_last_seq``) its producer has committed
+        already, nothing changes and ``None`` is returned: this is what makes re-running
+        a capture or a propagation harmless.
+
+        Args:
+            state: ``ready``, or ``quarantined`` to commit it set aside.
+            guard: called with the connection before the insert (e.g. a lease check).
+
+        Raises:
+            RangeConflictError: another run committed a range overlapping this one's
+                without covering it (transient: re-read the source and retry).
         """
         if conn is None:
             try:
                 with self.store.begin() as c:
-                    return self.commit_batch(queue, batch, c)
+                    return self.commit_batch(queue, batch, c, state=state, guard=guard)
             except IntegrityError:
                 return None
-        self._queue_row(queue, conn)
+        self._queue_row(queue, conn, lock=True)
+        if guard is not None:
+            guard(conn)
         if batch.dedup_key and self.find_dedup(queue, batch.dedup_key, conn) is not None:
             return None
+        if batch.source_first_seq is not None and batch.source_last_seq is not None:
+            done = conn.execute(select(func.max(B.c.source_last_seq)).where(
+                B.c.queue == queue.lower(), B.c.producer == batch.producer)).scalar()
+            if done is not None and done >= batch.source_last_seq:
+                return None
+            if done is not None and done >= batch.source_first_seq:
+                raise RangeConflictError(
+                    f"queue {queue}: {batch.producer} already committed source batches up to "
+                    f"{done}, inside this run's range {batch.source_first_seq}.."
+                    f"{batch.source_last_seq}; nothing committed, the next pass re-reads")
         result = conn.execute(
             B.insert().values(
                 queue=queue.lower(),
@@ -265,7 +420,9 @@ class QueueCatalog:
                 oldest_time=batch.oldest_time,
                 producer=batch.producer,
                 dedup_key=batch.dedup_key,
+                source_first_seq=batch.source_first_seq,
                 source_last_seq=batch.source_last_seq,
+                state=state,
                 created_at=utcnow(),
             )
         )
@@ -277,7 +434,7 @@ class QueueCatalog:
         """The sequence number of the batch committed under a dedup key, if any."""
         stmt = select(B.c.seq).where(B.c.queue == queue.lower(), B.c.dedup_key == dedup_key)
         if conn is None:
-            with self.store.engine.connect() as c:
+            with self.store.read() as c:
                 return c.execute(stmt).scalar_one_or_none()
         return conn.execute(stmt).scalar_one_or_none()
 
@@ -286,20 +443,20 @@ class QueueCatalog:
         stmt = select(func.max(B.c.source_last_seq)).where(
             B.c.queue == queue.lower(), B.c.producer == producer
         )
-        with self.store.engine.connect() as c:
+        with self.store.read() as c:
             value = c.execute(stmt).scalar_one_or_none()
         return int(value) if value is not None else None
 
     def purgeable(self, queue: str) -> list[Batch]:
         """Batches every consumer has acknowledged: safe to delete."""
         queue = queue.lower()
-        with self.store.engine.connect() as c:
+        with self.store.read() as c:
             low = c.execute(select(func.min(C.c.position)).where(C.c.queue == queue)).scalar()
             if low is None:
                 return []
             rows = c.execute(
                 select(B)
-                .where(B.c.queue == queue, B.c.seq <= low, B.c.path != "")
+                .where(B.c.queue == queue, B.c.seq <= low, B.c.path != "", B.c.state == READY)
                 .order_by(B.c.seq)
             )
             return [_batch(r) for r in rows]
@@ -318,19 +475,20 @@ class QueueCatalog:
                     )
                 else:
                     conn.execute(delete(B).where(B.c.seq == b.seq))
+                conn.execute(delete(R).where(R.c.seq == b.seq))
 
     # -- views -------------------------------------------------------------------
     def queue_names(self) -> list[str]:
         """All queues of this site."""
-        with self.store.engine.connect() as c:
+        with self.store.read() as c:
             return [r[0] for r in c.execute(select(Q.c.name).order_by(Q.c.name))]
 
     def info(self, name: str) -> QueueInfo:
         """Depth, oldest message and consumers of a queue."""
         row = self._queue_row(name)._mapping  # type: ignore[attr-defined]
         name = name.lower()
-        live = (B.c.queue == name) & (B.c.path != "")
-        with self.store.engine.connect() as c:
+        live = (B.c.queue == name) & (B.c.path != "") & (B.c.state == READY)
+        with self.store.read() as c:
             depth, nb, nbytes, oldest = c.execute(
                 select(
                     func.coalesce(func.sum(B.c.n_messages), 0),

@@ -13,7 +13,7 @@ from contextlib import contextmanager
 from typing import TYPE_CHECKING
 
 from changeflow import fs, lcr
-from changeflow.errors import QueueDataError, SchemaMismatchError
+from changeflow.errors import DestinationUnavailableError, QueueDataError, SchemaMismatchError
 from changeflow.queues.catalog import Batch, NewBatch, QueueCatalog
 
 if TYPE_CHECKING:
@@ -43,6 +43,7 @@ def write_batch(
     producer: str,
     dedup_key: str | None = None,
     source_last_seq: int | None = None,
+    source_first_seq: int | None = None,
 ) -> NewBatch | None:
     """Write messages as a new, not yet visible, batch of ``queue``.
 
@@ -77,6 +78,7 @@ def write_batch(
         producer=producer,
         dedup_key=dedup_key,
         source_last_seq=source_last_seq,
+        source_first_seq=source_first_seq,
         min_commit_scn=stats.get("min_scn"),
         max_commit_scn=stats.get("max_scn"),
         oldest_time=stats.get("oldest"),
@@ -144,23 +146,41 @@ def read_batches(spark: SparkSession, batches: list[Batch]) -> DataFrame:
 
 
 @contextmanager
-def guard(batches: list[Batch]) -> Iterator[None]:
-    """Turn a Spark failure while reading ``batches`` into a :class:`QueueDataError`."""
+def guard(batches: list[Batch], *, destination: str | None = None) -> Iterator[None]:
+    """Name the site of a Spark failure while reading ``batches`` (and writing a batch).
+
+    A failure that names one of the batches' files is a :class:`QueueDataError`
+    (terminal: the batch must be set aside). Any other I/O failure of a stage writing
+    into ``destination`` is the destination's: a
+    :class:`~changeflow.errors.DestinationUnavailableError` (transient) naming it.
+    """
     try:
         yield
     except (QueueDataError, SchemaMismatchError):
         raise
     except Exception as exc:
         text = str(exc)
+        culprit = next((b for b in batches if b.path and b.path in text), None)
+        if culprit is not None:
+            raise QueueDataError(
+                f"batch {culprit.seq} of queue {culprit.queue} at {culprit.path} is corrupt or "
+                f"missing: {_first_line(exc)}") from exc
+        if destination is not None and _io_failure(text):
+            raise DestinationUnavailableError(
+                f"destination queue {destination} cannot be written: {_first_line(exc)}"
+            ) from exc
         if "parquet" not in text.lower() and "FileNotFound" not in text:
             raise
-        culprit = next((b for b in batches if b.path and b.path in text), None)
-        where = (
-            f"batch {culprit.seq} of queue {culprit.queue} at {culprit.path}"
-            if culprit
-            else f"one of batches {[b.seq for b in batches]}"
-        )
-        raise QueueDataError(f"{where} is corrupt or missing: {_first_line(exc)}") from exc
+        raise QueueDataError(
+            f"one of batches {[b.seq for b in batches]} of queue {batches[0].queue} is corrupt "
+            f"or missing: {_first_line(exc)}") from exc
+
+
+def _io_failure(text: str) -> bool:
+    markers = ("Mkdirs failed", "Permission denied", "AccessDenied", "No space left",
+               "Read-only file system", "IOException", "FileAlreadyExists", "Unable to create",
+               "Failed to rename", "ConnectException", "UnknownHost")
+    return any(m in text for m in markers)
 
 
 def _first_line(exc: BaseException) -> str:

@@ -10,7 +10,7 @@ import logging
 import sys
 from collections.abc import Sequence
 
-from changeflow.errors import ChangeflowError
+from changeflow.errors import exit_code, is_transient
 
 log = logging.getLogger("changeflow.job")
 
@@ -47,9 +47,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         spark = get_session(f"changeflow-window-{args.name}")
         report = run_window(spark, cfg, args.name, start=args.start, end=args.end,
                             rule_filter=rule_filter(cfg, "propagation", args.name))
-    except ChangeflowError as exc:
-        print(f"changeflow window {args.name}: error: {exc}", file=sys.stderr)
-        return 2
+    except Exception as exc:  # noqa: BLE001  (every failure becomes a classified exit code)
+        verdict = "transient, retry later" if is_transient(exc) else "terminal, not retried"
+        log.error("window %s failed (%s): %s", args.name, verdict, exc,
+                  exc_info=not hasattr(exc, "transient"))
+        print(f"changeflow window {args.name}: error ({verdict}): {exc}", file=sys.stderr)
+        return exit_code(exc)
     print(json.dumps({"kind": "propagation_window", "name": args.name,
                       "result": dataclasses.asdict(report)}, default=str))
     return 0 if report.ok else 1

@@ -14,72 +14,13 @@ import datetime as dt
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from sqlalchemy import (
-    BigInteger,
-    Boolean,
-    Column,
-    DateTime,
-    Float,
-    Integer,
-    MetaData,
-    String,
-    Table,
-    Text,
-    delete,
-    select,
-    update,
-)
+from sqlalchemy import delete, select, update
 from sqlalchemy.engine import Connection
 
 from changeflow.errors import ConfigError
 from changeflow.schedules import model
-from changeflow.state import StateStore, schema, utcnow
-
-metadata = MetaData()
-
-schedules = Table(
-    "cf_schedules",
-    metadata,
-    Column("propagation", String(200), primary_key=True),
-    Column("start", DateTime(timezone=True), nullable=False),
-    Column("duration", Float),
-    Column("next_time", Float),
-    Column("latency", Float, nullable=False),
-    Column("disabled", Boolean, nullable=False, default=False),
-    Column("disabled_reason", String(40)),
-    Column("failures", Integer, nullable=False, default=0),
-    Column("last_error_msg", Text),
-    Column("last_error_time", DateTime(timezone=True)),
-    Column("next_retry", DateTime(timezone=True)),
-    Column("total_time", Float, nullable=False, default=0.0),
-    Column("total_number", BigInteger, nullable=False, default=0),
-    Column("total_bytes", BigInteger, nullable=False, default=0),
-    Column("windows", BigInteger, nullable=False, default=0),
-    Column("max_number", BigInteger, nullable=False, default=0),
-    Column("max_bytes", BigInteger, nullable=False, default=0),
-    Column("window_start", DateTime(timezone=True)),
-    Column("window_number", BigInteger, nullable=False, default=0),
-    Column("window_bytes", BigInteger, nullable=False, default=0),
-    Column("last_run", DateTime(timezone=True)),
-    Column("next_run", DateTime(timezone=True)),
-    Column("process", String(300)),
-    Column("updated_at", DateTime(timezone=True), nullable=False),
-)
-
-undeliverable = Table(
-    "cf_undeliverable",
-    metadata,
-    Column("id", schema.ID, primary_key=True, autoincrement=True),
-    Column("propagation", String(200), nullable=False, index=True),
-    Column("source_queue", String(200), nullable=False),
-    Column("exception_queue", String(200), nullable=False),
-    Column("source_seq", BigInteger, nullable=False),
-    Column("exception_seq", BigInteger),
-    Column("n_messages", BigInteger, nullable=False),
-    Column("state", String(20), nullable=False),
-    Column("error_message", Text, nullable=False),
-    Column("created_at", DateTime(timezone=True), nullable=False),
-)
+from changeflow.state import StateStore, utcnow
+from changeflow.state.schema_schedules import schedules, undeliverable
 
 
 def _aware(t: dt.datetime | None) -> dt.datetime | None:
@@ -145,12 +86,11 @@ class ScheduleStore:
 
     def __init__(self, store: StateStore):
         self.store = store
-        metadata.create_all(store.engine)
 
     def get(self, name: str, conn: Connection | None = None) -> ScheduleRow | None:
         """A schedule by propagation name, or ``None`` when it has none (dropped)."""
         if conn is None:
-            with self.store.begin() as c:
+            with self.store.read() as c:
                 return self.get(name, c)
         r = conn.execute(select(schedules).where(schedules.c.propagation == name)).first()
         return _row(r) if r is not None else None
@@ -164,7 +104,7 @@ class ScheduleStore:
 
     def list(self) -> list[ScheduleRow]:
         """Every schedule, by propagation name."""
-        with self.store.begin() as c:
+        with self.store.read() as c:
             rows = c.execute(select(schedules).order_by(schedules.c.propagation)).all()
         return [_row(r) for r in rows]
 
@@ -258,7 +198,7 @@ class ScheduleStore:
 
     def undeliverable(self, name: str) -> list[dict[str, Any]]:
         """The UNDELIVERABLE records of a propagation, oldest first."""
-        with self.store.begin() as c:
+        with self.store.read() as c:
             rows = c.execute(select(undeliverable).where(undeliverable.c.propagation == name)
                              .order_by(undeliverable.c.id)).all()
         return [dict(r._mapping) for r in rows]

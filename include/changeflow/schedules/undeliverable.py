@@ -1,8 +1,9 @@
 """Marking messages UNDELIVERABLE: errors that retrying cannot fix (seed 002).
 
 When a propagation fails with an application error (the destination queue does not
-exist, the payload does not match the queue's type) its pending source batches are
-copied, byte for byte, into the source queue's *exception queue*
+exist or was dropped, the payload does not match the queue's type, the privilege is
+missing) its pending source batches are copied, byte for byte, into the source
+queue's *exception queue*
 (``<owner>.aq$_<queue>_e``, after Oracle's ``AQ$_<queue_table>_E``), recorded in
 ``cf_undeliverable`` with the error, and acknowledged at the source, so the schedule
 moves on instead of burning its 16 retries. The files are copied, not moved: other
@@ -16,7 +17,16 @@ import logging
 from typing import TYPE_CHECKING
 
 from changeflow.config import PipelineConfig
-from changeflow.errors import QueueNotFoundError, SchemaMismatchError, SecurityError
+from changeflow.errors import (
+    LeaseHeldError,
+    PayloadTypeError,
+    QueueDataError,
+    QueueNotFoundError,
+    RangeConflictError,
+    SchemaMismatchError,
+    SecurityError,
+    is_transient,
+)
 from changeflow.queues.catalog import NewBatch
 from changeflow.sites import consumer_name, queue_site
 
@@ -27,14 +37,65 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-#: Errors that mark the messages UNDELIVERABLE instead of being retried.
+#: Errors about the destination that mark the messages UNDELIVERABLE instead of being retried.
 UNDELIVERABLE_ERRORS: tuple[type[Exception], ...] = (
-    QueueNotFoundError, SchemaMismatchError, SecurityError)
+    QueueNotFoundError, PayloadTypeError, SecurityError)
+#: Errors about one source batch: that batch is set aside, the rest flows.
+BAD_BATCH_ERRORS: tuple[type[Exception], ...] = (QueueDataError, SchemaMismatchError)
+#: Another run is at work (or just was): not a failure, the next pass retries.
+BUSY_ERRORS: tuple[type[Exception], ...] = (LeaseHeldError, RangeConflictError)
+
+
+def disposition(exc: BaseException) -> str:
+    """What a window does about a failed pass.
+
+    Returns:
+        ``busy`` (another run holds the propagation: wait, no failure counted),
+        ``quality`` (the batch was committed set aside: alert, go on),
+        ``bad_batch`` (set the named source batch aside, go on),
+        ``undeliverable`` (mark the pending messages UNDELIVERABLE),
+        ``retry`` (a transient failure: count it and back off) or
+        ``fail`` (a terminal error no message can fix, such as a bad configuration:
+        count it, so the schedule backs off and finally disables itself).
+
+    >>> disposition(QueueNotFoundError("gone"))
+    'undeliverable'
+    >>> disposition(TimeoutError())
+    'retry'
+    """
+    from changeflow.quality.policy import QualityError
+
+    if isinstance(exc, BUSY_ERRORS):
+        return "busy"
+    if isinstance(exc, QualityError):
+        return "quality"
+    if isinstance(exc, UNDELIVERABLE_ERRORS):
+        return "undeliverable"
+    if isinstance(exc, BAD_BATCH_ERRORS):
+        return "bad_batch"
+    return "retry" if is_transient(exc) else "fail"
 
 
 def is_undeliverable(exc: BaseException) -> bool:
     """Whether an error means the messages can never be delivered as they are."""
-    return isinstance(exc, UNDELIVERABLE_ERRORS)
+    return disposition(exc) == "undeliverable"
+
+
+def set_aside_bad_batch(cfg: PipelineConfig, name: str, error: BaseException) -> int | None:
+    """Quarantine the source batch an error names. Returns its sequence number, if found."""
+    from changeflow.queues.quarantine import quarantine
+
+    spec = cfg.component("propagation", name)
+    rt, src_q = queue_site(cfg, spec.source_queue)
+    text = str(error)
+    for b in rt.catalog.pending(src_q, consumer_name("propagation", name)):
+        if (b.path and b.path in text) or f"batch {b.seq} of queue" in text:
+            quarantine(rt.catalog, src_q, b.seq, f"propagation {name}: {error}"[:4000],
+                       origin=f"propagation:{name}")
+            log.error("propagation %s: source batch %s of %s set aside: %s", name, b.seq,
+                      src_q, error)
+            return b.seq
+    return None
 
 
 def exception_queue(queue: str) -> str:
@@ -71,7 +132,7 @@ def mark_undeliverable(spark: SparkSession, cfg: PipelineConfig, name: str,
     if not batches:
         return 0
     exq = exception_queue(src_q)
-    rt.catalog.create_queue(exq, queue_table=f"{exq}_table")
+    rt.catalog.create_queue(exq, queue_table=f"{exq}_table", queue_type="exception")
     moved = 0
     for b in batches:
         key = f"undeliverable:{name}:{b.seq}"

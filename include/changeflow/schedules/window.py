@@ -26,7 +26,11 @@ from typing import TYPE_CHECKING, Any
 from changeflow.config import PipelineConfig
 from changeflow.schedules import alerts, model
 from changeflow.schedules.store import ScheduleRow, ScheduleStore
-from changeflow.schedules.undeliverable import is_undeliverable, mark_undeliverable
+from changeflow.schedules.undeliverable import (
+    disposition,
+    mark_undeliverable,
+    set_aside_bad_batch,
+)
 from changeflow.sites import open_pipeline, queue_site
 
 if TYPE_CHECKING:
@@ -158,10 +162,20 @@ def _attempt(spark: SparkSession, cfg: PipelineConfig, name: str, store: Schedul
     report.passes += 1
     try:
         res = propagate(spark, cfg, name, rule_filter=rule_filter)
-    except Exception as exc:  # noqa: BLE001 (every failure is counted, then classified)
+    except Exception as exc:  # noqa: BLE001 (every failure is classified, then handled)
         message = f"{type(exc).__name__}: {exc}".splitlines()[0]
+        what = disposition(exc)
+        if what == "busy":
+            log.info("propagation %s: %s; waiting", name, message)
+            return False
         report.errors.append(message)
-        if is_undeliverable(exc):
+        if what == "quality":
+            _alert(cfg, report, alerts.Alert("batch_quarantined", name, 0, message, clock.now()))
+            return True
+        if what == "bad_batch" and set_aside_bad_batch(cfg, name, exc) is not None:
+            _alert(cfg, report, alerts.Alert("batch_quarantined", name, 0, message, clock.now()))
+            return True
+        if what == "undeliverable":
             report.undeliverable += mark_undeliverable(spark, cfg, name, exc, store)
             _alert(cfg, report, alerts.Alert("messages_undeliverable", name, 0, message,
                                              clock.now()))
@@ -183,7 +197,7 @@ def _attempt(spark: SparkSession, cfg: PipelineConfig, name: str, store: Schedul
     if res.batches_read or row.state.failures or row.stats.window_start != report.start:
         store.record_success(name, report.start, res.messages_propagated,
                              res.bytes_propagated, res.seconds, clock.now())
-    return bool(res.batches_read)
+    return bool(res.batches_read or res.more_pending)
 
 
 def _idle(store: ScheduleStore, name: str, end: dt.datetime, clock: Clock) -> None:

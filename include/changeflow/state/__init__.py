@@ -1,5 +1,14 @@
 """The runtime state store: an embedded SQLite database by default, PostgreSQL by URL.
 
+Every table is declared on one metadata (:mod:`.schema` and its ``schema_*``
+siblings) and created or changed only by versioned migrations (:mod:`.migrations`),
+which run when a process first opens a store.
+
+Writes go through :meth:`StateStore.begin`; reads through :meth:`StateStore.read`.
+On SQLite a write transaction takes the database's write lock at ``BEGIN
+IMMEDIATE`` (so two writers serialise instead of failing on upgrade), while a read
+begins ``DEFERRED`` and never blocks a writer (WAL mode).
+
 >>> store = StateStore("sqlite://")
 >>> store.next_counter("scn:DBS1")
 1
@@ -9,27 +18,26 @@
 
 from __future__ import annotations
 
-import datetime as dt
 import os
+import re
 import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
 
 from sqlalchemy import Engine, create_engine, event, select, update
 from sqlalchemy.engine import Connection
-from sqlalchemy.exc import OperationalError
+from sqlalchemy.exc import DBAPIError, OperationalError
 from sqlalchemy.pool import StaticPool
 
 from changeflow.errors import StateStoreError
 from changeflow.state import schema
+from changeflow.state.schema import utcnow
+
+__all__ = ["StateStore", "schema", "utcnow"]
 
 _engines: dict[str, Engine] = {}
 _lock = threading.Lock()
-
-
-def utcnow() -> dt.datetime:
-    """The current time, timezone-aware in UTC."""
-    return dt.datetime.now(dt.UTC)
+_READ = "changeflow_read"
 
 
 def _make_engine(url: str) -> Engine:
@@ -49,16 +57,26 @@ def _make_engine(url: str) -> Engine:
             cur = dbapi_conn.cursor()
             cur.execute("PRAGMA journal_mode=WAL")
             cur.execute("PRAGMA foreign_keys=ON")
+            cur.execute("PRAGMA busy_timeout=60000")
             cur.close()
-            # Take the write lock at BEGIN so two writers serialise instead of deadlocking.
-            dbapi_conn.isolation_level = None
+            dbapi_conn.isolation_level = None  # we issue BEGIN ourselves
 
         @event.listens_for(engine, "begin")
         def _begin(conn):  # type: ignore[no-untyped-def]
-            conn.exec_driver_sql("BEGIN IMMEDIATE")
+            read = conn.get_execution_options().get(_READ, False)
+            conn.exec_driver_sql("BEGIN" if read else "BEGIN IMMEDIATE")
 
         return engine
-    return create_engine(url, pool_pre_ping=True)
+    return create_engine(url, pool_pre_ping=True, pool_size=10, max_overflow=20)
+
+
+def _safe(url: str) -> str:
+    """A URL with its password hidden.
+
+    >>> _safe("postgresql+psycopg://u:secret@h/db")
+    'postgresql+psycopg://u:***@h/db'
+    """
+    return re.sub(r"(://[^:/@]+):[^@]*@", r"\1:***@", url)
 
 
 class StateStore:
@@ -67,29 +85,59 @@ class StateStore:
     Args:
         url: a SQLAlchemy URL, e.g. ``sqlite:///work/site1/state.db`` or
             ``postgresql+psycopg://user@host/db``.
+
+    Raises:
+        StateStoreError: the store cannot be reached (transient).
     """
 
     def __init__(self, url: str):
+        from changeflow.state import migrations
+
         self.url = url
+        self.safe_url = _safe(url)
         with _lock:
             engine = _engines.get(url)
+            fresh = engine is None
             if engine is None:
                 engine = _make_engine(url)
+            self.engine = engine
+            self.reader = engine.execution_options(**{_READ: True})
+            if fresh:
                 try:
-                    schema.metadata.create_all(engine)
-                except OperationalError as exc:
-                    raise StateStoreError(f"state store {url!r} is unreachable: {exc}") from exc
+                    migrations.upgrade(self)
+                except (OperationalError, DBAPIError) as exc:
+                    raise StateStoreError(
+                        f"state store {self.safe_url!r} is unreachable: "
+                        f"{str(exc).splitlines()[0]}") from exc
                 _engines[url] = engine
-        self.engine = engine
 
     @contextmanager
     def begin(self) -> Iterator[Connection]:
-        """A transaction: everything inside commits together or not at all."""
+        """A write transaction: everything inside commits together or not at all."""
         try:
             with self.engine.begin() as conn:
                 yield conn
         except OperationalError as exc:
-            raise StateStoreError(f"state store transaction failed: {exc}") from exc
+            raise StateStoreError(
+                f"state store {self.safe_url!r}: transaction failed: "
+                f"{str(exc).splitlines()[0]}") from exc
+
+    @contextmanager
+    def read(self) -> Iterator[Connection]:
+        """A read-only transaction (a consistent snapshot; takes no write lock)."""
+        try:
+            with self.reader.connect() as conn:
+                yield conn
+                conn.rollback()
+        except OperationalError as exc:
+            raise StateStoreError(
+                f"state store {self.safe_url!r}: read failed: "
+                f"{str(exc).splitlines()[0]}") from exc
+
+    @property
+    def dialect(self) -> str:
+        """``sqlite`` or ``postgresql``."""
+        return self.engine.dialect.name
 
     def next_counter(self, name: str, conn: Connection | None = None) -> int:
         """Increment and return a named counter (e.g. a source's commit position)."""
@@ -97,7 +145,7 @@ class StateStore:
             with self.begin() as c:
                 return self.next_counter(name, c)
         t = schema.counters
-        row = conn.execute(select(t.c.value).where(t.c.name == name)).first()
+        row = conn.execute(select(t.c.value).where(t.c.name == name).with_for_update()).first()
         if row is None:
             conn.execute(t.insert().values(name=name, value=1))
             return 1

@@ -1,4 +1,4 @@
-"""Tables of the runtime state store.
+"""Core tables of the runtime state store, and the ``core`` migration chain.
 
 The store holds everything that must change atomically with a queue or target:
 which batches a queue holds, each consumer's position, capture positions, apply
@@ -8,20 +8,35 @@ embedded default is SQLite, and a PostgreSQL URL works unchanged.
 
 from __future__ import annotations
 
+import datetime as dt
+
 from sqlalchemy import (
     BigInteger,
     Boolean,
     Column,
     DateTime,
+    Float,
+    Index,
     Integer,
     MetaData,
     String,
     Table,
     Text,
     UniqueConstraint,
+    text,
 )
+from sqlalchemy.engine import Connection
 
+from changeflow.state.steps import Step, add_columns, create_indexes, create_tables
+
+#: The one metadata every state-store table is declared on (see :mod:`.migrations`).
 metadata = MetaData()
+
+
+def utcnow() -> dt.datetime:
+    """The current time, timezone-aware in UTC."""
+    return dt.datetime.now(dt.UTC)
+
 
 # BigInteger autoincrement is not an alias of ROWID on SQLite; Integer is, and is 64-bit there.
 ID = BigInteger().with_variant(Integer(), "sqlite")
@@ -35,6 +50,19 @@ queues = Table(
     Column("multiple_consumers", Boolean, nullable=False),
     Column("storage_path", Text, nullable=False),
     Column("created_at", DateTime(timezone=True), nullable=False),
+    # Advanced Queuing properties (DBMS_AQADM); defaults are Oracle's.
+    Column("queue_type", String(20), nullable=False, server_default=text("'normal'")),
+    Column("payload_type", String(200)),
+    Column("max_retries", Integer, nullable=False, server_default=text("5")),
+    Column("retry_delay", Float, nullable=False, server_default=text("0")),
+    Column("retention_time", Float, nullable=False, server_default=text("0")),
+    Column("secure", Boolean, nullable=False, server_default=text("false")),
+    Column("enqueue_enabled", Boolean, nullable=False, server_default=text("true")),
+    Column("dequeue_enabled", Boolean, nullable=False, server_default=text("true")),
+    # A dropped queue keeps its row (status 'dropped') so nothing re-creates it unasked.
+    Column("status", String(20), nullable=False, server_default=text("'active'")),
+    Column("dropped_at", DateTime(timezone=True)),
+    Column("comment", Text),
 )
 
 queue_batches = Table(
@@ -54,6 +82,11 @@ queue_batches = Table(
     Column("dedup_key", String(300)),
     Column("source_last_seq", BigInteger),
     Column("created_at", DateTime(timezone=True), nullable=False),
+    # The first source sequence of the range a propagation committed (exclusive lower
+    # bound + 1): two overlapping ranges of one producer can never both commit.
+    Column("source_first_seq", BigInteger),
+    # ready: consumers see it; quarantined: set aside (see cf_quarantine).
+    Column("state", String(20), nullable=False, server_default=text("'ready'")),
     UniqueConstraint("queue", "dedup_key", name="uq_batch_dedup"),
     # Sequence numbers must never be reused after a purge, or a consumer whose position
     # is past a reused number would skip the new batch: AUTOINCREMENT on SQLite.
@@ -132,3 +165,72 @@ apply_errors = Table(
     Column("path", Text),
     Column("created_at", DateTime(timezone=True), nullable=False),
 )
+
+batch_recipients = Table(
+    "cf_batch_recipients",
+    metadata,
+    # When a batch has rows here, only these consumers see it (a released quarantined
+    # batch goes back only to the consumers that had not read it).
+    Column("seq", BigInteger, primary_key=True),
+    Column("consumer", String(200), primary_key=True),
+)
+
+quarantine = Table(
+    "cf_quarantine",
+    metadata,
+    Column("id", ID, primary_key=True, autoincrement=True),
+    Column("queue", String(200), nullable=False, index=True),
+    Column("seq", BigInteger, nullable=False),
+    Column("batch_id", String(64), nullable=False),
+    Column("path", Text, nullable=False),
+    Column("n_messages", BigInteger, nullable=False),
+    Column("reason", Text, nullable=False),
+    Column("origin", String(40), nullable=False),  # operator | quality
+    Column("waiting_consumers", Text, nullable=False),  # JSON list
+    Column("quarantined_at", DateTime(timezone=True), nullable=False),
+    Column("released_at", DateTime(timezone=True)),
+    Column("released_seq", BigInteger),
+    sqlite_autoincrement=True,
+)
+
+leases = Table(
+    "cf_leases",
+    metadata,
+    Column("component", String(300), primary_key=True),
+    Column("owner", String(300), nullable=False),
+    # Raised on every acquisition: a holder whose token changed has lost the lease.
+    Column("token", BigInteger, nullable=False),
+    Column("acquired_at", DateTime(timezone=True), nullable=False),
+    Column("heartbeat_at", DateTime(timezone=True), nullable=False),
+    Column("expires_at", DateTime(timezone=True), nullable=False),
+)
+
+schema_versions = Table(
+    "cf_schema_versions",
+    metadata,
+    Column("domain", String(100), primary_key=True),
+    Column("version", Integer, nullable=False),
+    Column("description", String(300)),
+    Column("applied_at", DateTime(timezone=True), nullable=False),
+)
+
+ix_batches_queue_seq = Index("ix_cf_queue_batches_queue_seq", queue_batches.c.queue,
+                               queue_batches.c.seq)
+
+
+def _v2(conn: Connection) -> None:
+    add_columns(queues, "queue_type", "payload_type", "max_retries", "retry_delay",
+                "retention_time", "secure", "enqueue_enabled", "dequeue_enabled", "status",
+                "dropped_at", "comment")(conn)
+    add_columns(queue_batches, "source_first_seq", "state")(conn)
+    create_tables(batch_recipients, quarantine, leases)(conn)
+    create_indexes(ix_batches_queue_seq)(conn)
+
+
+MIGRATIONS = [
+    Step(1, "queues, batches, consumers, counters, capture/apply progress, targets",
+         create_tables(queues, queue_batches, queue_consumers, counters, capture_progress,
+                       apply_progress, target_tables, target_files, apply_errors)),
+    Step(2, "AQ queue properties, dropped queues, batch ranges and states, quarantine, leases",
+         _v2),
+]

@@ -68,10 +68,11 @@ def test_bad_config_file_is_named(tmp_path: Path) -> None:
 
 def test_job_entry_point_exit_codes(tmp_path: Path, pipeline, capsys) -> None:  # type: ignore[no-untyped-def]
     from changeflow.runner import main as job_main
+    from changeflow.errors import EXIT_TERMINAL
 
-    assert job_main("apply", ["--config", str(tmp_path / "absent.yaml"), "--name", "ap"]) == 2
+    assert job_main("apply", ["--config", str(tmp_path / "absent.yaml"), "--name", "ap"]) == EXIT_TERMINAL
     assert "cannot read configuration" in capsys.readouterr().err
-    assert job_main("apply", ["--config", pipeline.source_path, "--name", "nope"]) == 2
+    assert job_main("apply", ["--config", pipeline.source_path, "--name", "nope"]) == EXIT_TERMINAL
     assert "no apply named 'nope'" in capsys.readouterr().err
     with pytest.raises(SystemExit):
         job_main("apply", ["--name", "ap"])  # --config is required
