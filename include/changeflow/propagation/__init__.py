@@ -186,11 +186,8 @@ def _lease_guard(lease: Lease, same_store: bool) -> Callable[[Connection], None]
 
 
 def purge(spark: SparkSession, cfg: PipelineConfig, queue_ref: str) -> int:
-    """Delete batches every consumer has acknowledged. Returns how many."""
+    """Delete batches every consumer of a configured queue has acknowledged."""
+    from changeflow.queues.retention import purge as purge_queue
+
     rt, queue = queue_site(cfg, queue_ref)
-    done = rt.catalog.purgeable(queue)
-    for b in done:
-        if b.path:
-            fs.delete(spark, b.path)
-    rt.catalog.forget(done)
-    return len(done)
+    return purge_queue(spark, rt.catalog, queue)
