@@ -6,7 +6,8 @@ it works: a row with the owner (host, pid, entry point), a heartbeat and an expi
 A second run of the same component waits for the lease (up to ``wait`` seconds) and
 then gives up with :class:`~changeflow.errors.LeaseHeldError`, which names the
 holder. A holder that crashed stops renewing its heartbeat; once its lease expires
-the next run takes it over and recovers as usual.
+the next run takes it over and recovers as usual. A holder on the same host whose
+process is gone (killed) is taken over at once.
 
 Every acquisition raises the lease's *token*. A run checks its token inside the
 transaction that commits its work (:meth:`Lease.check`): if the lease was taken over
@@ -67,6 +68,27 @@ def holder(store: StateStore, component: str) -> dict[str, Any] | None:
     return m if expires > utcnow() else None
 
 
+def _dead_local(owner: str) -> bool:
+    """Whether a holder ran on this host in a process that no longer exists.
+
+    Such a holder was killed (``kill -9``, OOM): its lease need not run out first.
+
+    >>> _dead_local(f"{socket.gethostname()}:{os.getpid()}:python:ab12cd34")
+    False
+    """
+    host, _, rest = owner.partition(":")
+    pid_text = rest.split(":", 1)[0]
+    if host != socket.gethostname() or not pid_text.isdigit():
+        return False
+    try:
+        os.kill(int(pid_text), 0)
+    except ProcessLookupError:
+        return True
+    except PermissionError:  # alive, owned by another user
+        return False
+    return False
+
+
 def _aware(t: dt.datetime) -> dt.datetime:
     return t if t.tzinfo is not None else t.replace(tzinfo=dt.UTC)
 
@@ -110,15 +132,16 @@ class Lease:
                     self.token = 1
                     return None
                 m = row._mapping
-                if _aware(m["expires_at"]) > now and m["owner"] != self.owner:
+                alive = _aware(m["expires_at"]) > now and not _dead_local(m["owner"])
+                if alive and m["owner"] != self.owner:
                     return dict(m)
                 token = int(m["token"]) + 1
                 conn.execute(update(L).where(L.c.component == self.component).values(
                     owner=self.owner, token=token, acquired_at=now, heartbeat_at=now,
                     expires_at=expires))
-                if _aware(m["expires_at"]) <= now and m["owner"] != self.owner:
-                    log.warning("lease %s: taking over from %s (expired %s)", self.component,
-                                m["owner"], m["expires_at"])
+                if m["owner"] != self.owner:
+                    log.warning("lease %s: taking over from %s (expired %s, or its process "
+                                "is gone)", self.component, m["owner"], m["expires_at"])
                 self.token = token
                 return None
         except IntegrityError:  # another process inserted the row first

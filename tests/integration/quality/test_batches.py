@@ -1,4 +1,9 @@
-"""A batch with each kind of defect is quarantined, named in the error, and never enqueued."""
+"""A batch with each kind of defect is set aside, named in the error, and never delivered.
+
+Stages check a written batch, commit it in the state the report gives (``quarantined``
+when a blocking check failed), record it in the queue's quarantine and raise the error
+after their commit, so later batches flow. :func:`_check_commit` does exactly that.
+"""
 
 from __future__ import annotations
 
@@ -10,9 +15,10 @@ from typing import Any
 import pytest
 
 from changeflow import fs, lcr
-from changeflow.quality import HopCounters, QualityError, check_batch, results
+from changeflow.quality import HopCounters, QualityError, check_batch, results, set_aside, state_of
 from changeflow.quality.quarantine import RESULT_FILE
 from changeflow.queues import io as qio
+from changeflow.queues.quarantine import quarantined, release
 from changeflow.sites import queue_site
 
 from .conftest import T0, row_lcr
@@ -42,12 +48,24 @@ def _write(spark, cfg, df):  # type: ignore[no-untyped-def]
     return qio.write_batch(spark, rt.catalog, q, df, producer="propagation:p12")
 
 
+def _check_commit(spark, cfg, batch, **kw):  # type: ignore[no-untyped-def]
+    """Check and commit a batch as the stages do; raise the quality error after the commit."""
+    report = check_batch(spark, cfg, stage="propagation:p12", batch=batch, queue=DST, **kw)
+    rt, q = queue_site(cfg, DST)
+    with rt.store.begin() as conn:
+        seq = rt.catalog.commit_batch(q, batch, conn, state=state_of(report))
+        failed = set_aside(rt, q, report, seq, conn)
+    if failed is not None:
+        raise failed
+    return report, seq
+
+
 @pytest.mark.parametrize("check", sorted(DEFECTS))
 def test_defective_batch_is_quarantined(spark, pipeline, lcr_frame, check: str) -> None:  # type: ignore[no-untyped-def]
     messages, bad = DEFECTS[check]
     batch = _write(spark, pipeline, lcr_frame(messages))
     with pytest.raises(QualityError) as info:
-        check_batch(spark, pipeline, stage="propagation:p12", batch=batch, queue=DST)
+        _check_commit(spark, pipeline, batch)
     err = info.value
     text = str(err)
     assert f"'{check}'" in text and "propagation:p12" in text
@@ -56,19 +74,27 @@ def test_defective_batch_is_quarantined(spark, pipeline, lcr_frame, check: str) 
     sample_ids = {s.get("msg_id") or s.get("transaction_id") for s in failed[check].samples}
     bad_msg = messages[bad]
     assert bad_msg["msg_id"] in sample_ids or bad_msg["transaction_id"] in sample_ids
-    # Quarantined beside its validation result; the queue directory no longer holds it.
+    # Set aside in place, beside its validation result, and named in the error.
     qpath = err.report.quarantine_path
-    assert qpath and "/_quarantine/strmadmin/streams_queue/" in qpath
-    assert not fs.exists(spark, batch.path)
+    assert qpath == batch.path
     assert spark.read.parquet(qpath).count() == len(messages)
     with open(os.path.join(qpath, RESULT_FILE)) as fh:
         saved = json.load(fh)
     assert saved["status"] == "failed" and saved["batch_id"] == batch.batch_id
-    # Nothing was enqueued, and the failure is persisted.
+    seq = err.report.quarantine_seq
+    assert f"set aside as batch {seq}" in text
+    # No consumer sees it; the quarantine lists it; the failure is persisted.
     rt, q = queue_site(pipeline, DST)
     assert rt.catalog.info(q).depth == 0
+    [held] = quarantined(rt.catalog, q)
+    assert (held.seq, held.origin, held.n_messages) == (seq, "quality", len(messages))
     [latest] = results.latest(rt.store)
     assert latest.status == "failed" and latest.quarantine_path == qpath
+    # Released once "fixed", it flows to the consumers that had not read it.
+    rt.catalog.add_consumer(q, "late-reader")
+    new = release(rt.catalog, q, seq)
+    assert new > seq and rt.catalog.info(q).depth == len(messages)
+    assert [b.seq for b in rt.catalog.pending(q, "late-reader")] == []
 
 
 def test_clean_batch_passes_untouched(spark, pipeline, lcr_frame) -> None:  # type: ignore[no-untyped-def]
@@ -82,15 +108,15 @@ def test_clean_batch_passes_untouched(spark, pipeline, lcr_frame) -> None:  # ty
                                                  "commit_order_in_batch"}
     assert sorted(fs.data_files(spark, batch.path)) == before
     rt, q = queue_site(pipeline, DST)
-    assert rt.catalog.commit_batch(q, batch) is not None
+    assert rt.catalog.commit_batch(q, batch, state=state_of(report)) is not None
     assert rt.catalog.info(q).depth == 3
 
 
 def test_hop_that_does_not_reconcile_blocks(spark, pipeline, lcr_frame) -> None:  # type: ignore[no-untyped-def]
     batch = _write(spark, pipeline, lcr_frame([row_lcr(1)]))
     with pytest.raises(QualityError, match="hop_reconciled") as info:
-        check_batch(spark, pipeline, stage="propagation:p12", batch=batch, queue=DST,
-                    counters=HopCounters(read=5, propagated=1, discarded=3))
+        _check_commit(spark, pipeline, batch,
+                      counters=HopCounters(read=5, propagated=1, discarded=3))
     [hop] = info.value.report.blocking_failures
     assert hop.samples == [{"messages_read": 5, "messages_propagated": 1,
                             "messages_discarded": 3, "messages_accounted": 4}]
@@ -110,11 +136,11 @@ def test_commit_order_across_batches(spark, make_pipeline, lcr_frame) -> None:  
     cfg = make_pipeline("quality: {blocking: [commit_order_across_batches]}\n")
     rt, q = queue_site(cfg, DST)
     first = _write(spark, cfg, lcr_frame([row_lcr(1, commit_scn=20)]))
-    check_batch(spark, cfg, stage="propagation:p12", batch=first, queue=DST)
-    rt.catalog.commit_batch(q, first)
+    _check_commit(spark, cfg, first)
     late = _write(spark, cfg, lcr_frame([row_lcr(2, commit_scn=15)]))
     with pytest.raises(QualityError, match="commit_order_across_batches"):
-        check_batch(spark, cfg, stage="propagation:p12", batch=late, queue=DST)
+        _check_commit(spark, cfg, late)
+    assert rt.catalog.info(q).depth == 1
 
 
 def test_disabled_quality_is_a_no_op(spark, make_pipeline, lcr_frame) -> None:  # type: ignore[no-untyped-def]

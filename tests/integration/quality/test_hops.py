@@ -1,4 +1,4 @@
-"""The checks inside propagate_once and apply_once: a bad batch never becomes visible."""
+"""The checks inside propagate_once and apply_once: a bad batch never reaches a consumer."""
 
 from __future__ import annotations
 
@@ -14,6 +14,7 @@ from changeflow.cli import main
 from changeflow.propagation import propagate_once
 from changeflow.quality import QualityError, check_target, results
 from changeflow.queues import io as qio
+from changeflow.queues.quarantine import quarantined
 from changeflow.sites import consumer_name, queue_site
 
 from .conftest import row_lcr
@@ -29,16 +30,29 @@ def _enqueue(spark, cfg, ref, df) -> None:  # type: ignore[no-untyped-def]
     assert qio.enqueue(spark, rt.catalog, q, df, producer="test") is not None
 
 
-def test_propagation_quarantines_and_enqueues_nothing(spark, pipeline, lcr_frame) -> None:  # type: ignore[no-untyped-def]
+def test_propagation_sets_the_bad_batch_aside_and_moves_on(spark, pipeline, lcr_frame) -> None:  # type: ignore[no-untyped-def]
     _enqueue(spark, pipeline, SRC, lcr_frame([row_lcr(1), row_lcr(2, "DELETE",
                                               new_values={"X": lcr.encode_value(1)})]))
     with pytest.raises(QualityError, match="delete_no_new_values") as info:
         propagate_once(spark, pipeline, "p12")
-    assert "_quarantine" in (info.value.report.quarantine_path or "")
+    seq = info.value.report.quarantine_seq
+    assert seq is not None and "queues release" in str(info.value)
     dst_rt, dst_q = queue_site(pipeline, DST)
-    assert dst_rt.catalog.info(dst_q).depth == 0
+    assert dst_rt.catalog.info(dst_q).depth == 0  # no consumer sees it
+    [held] = quarantined(dst_rt.catalog, dst_q)
+    assert (held.seq, held.origin, held.n_messages) == (seq, "quality", 2)
+    # The source moved on: the next (good) batch flows.
     src_rt, src_q = queue_site(pipeline, SRC)
-    assert len(src_rt.catalog.pending(src_q, consumer_name("propagation", "p12"))) == 1
+    assert src_rt.catalog.pending(src_q, consumer_name("propagation", "p12")) == []
+    _enqueue(spark, pipeline, SRC, lcr_frame([row_lcr(3, transaction_id="tx20",
+                                                      commit_scn=20, msg_id="m3")]))
+    assert propagate_once(spark, pipeline, "p12").messages_propagated == 1
+    assert dst_rt.catalog.info(dst_q).depth == 1
+    # Released from the CLI once fixed, it reaches the apply.
+    out = CliRunner().invoke(main, ["queues", "release", DST, str(seq), "--config",
+                                    pipeline.source_path])
+    assert out.exit_code == 0, out.output
+    assert dst_rt.catalog.info(dst_q).depth == 3
 
 
 def test_clean_propagation_and_apply_pass(spark, pipeline, lcr_frame, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]

@@ -1,5 +1,5 @@
 """Real windows with real waits: latency inside a window, disable mid-window, backfill,
-UNDELIVERABLE messages."""
+UNDELIVERABLE messages, bad source batches set aside."""
 
 from __future__ import annotations
 
@@ -14,6 +14,7 @@ import pytest
 from changeflow.config import PipelineConfig
 from changeflow.propagation import propagate_once
 from changeflow.queues.catalog import NewBatch
+from changeflow.queues.quarantine import quarantined
 from changeflow.schedules import probe
 from changeflow.schedules.undeliverable import exception_queue
 from changeflow.schedules.window import ensure_schedule, run_window
@@ -88,25 +89,44 @@ def test_backfilled_windows_repropagate_without_duplicates(spark: Any,
     assert store.require("p12").state.failures == 0
 
 
-def test_type_mismatch_marks_messages_undeliverable(spark: Any,
-                                                    pipeline: PipelineConfig) -> None:
+def test_bad_source_batch_is_set_aside_and_the_rest_flows(spark: Any,
+                                                          pipeline: PipelineConfig) -> None:
     open_pipeline(pipeline)
     rt, q = queue_site(pipeline, SRC)
     batch_id, path = rt.catalog.new_batch_path(q)
     spark.createDataFrame([(1, "not an LCR")], "id int, payload string").write.parquet(path)
-    rt.catalog.commit_batch(q, NewBatch(batch_id=batch_id, path=path, n_messages=1,
-                                        n_bytes=100, producer="bad-app"))
+    bad = rt.catalog.commit_batch(q, NewBatch(batch_id=batch_id, path=path, n_messages=1,
+                                              n_bytes=100, producer="bad-app"))
     past = _now() - dt.timedelta(hours=2)
     rep = run_window(spark, pipeline, "p12", start=past, end=past + dt.timedelta(hours=1))
-    assert rep.undeliverable == 1 and rep.ok
+    assert rep.ok and rep.undeliverable == 0
     assert "SchemaMismatchError" in rep.errors[0]
+    [held] = quarantined(rt.catalog, q)
+    assert held.seq == bad and held.origin == "propagation:p12"
+    assert not rt.catalog.pending(q, "propagation:p12")  # out of the way: no retries burnt
+    store = ensure_schedule(pipeline, "p12", past)
+    assert store.require("p12").state.failures == 0
+
+
+def test_dropped_destination_marks_messages_undeliverable(spark: Any,
+                                                         pipeline: PipelineConfig) -> None:
+    probe.enqueue_probes(pipeline, SRC, ["m1", "m2"], scn=1)
+    rt, q = queue_site(pipeline, SRC)
+    dst_rt, dst_q = queue_site(pipeline, DST)
+    dst_rt.catalog.drop_queue(dst_q)
+    past = _now() - dt.timedelta(hours=2)
+    rep = run_window(spark, pipeline, "p12", start=past, end=past + dt.timedelta(hours=1))
+    assert rep.undeliverable == 2 and rep.ok
+    assert "QueueDroppedError" in rep.errors[0]
+    assert not dst_rt.catalog.exists(dst_q)  # the pass did not re-create it
     store = ensure_schedule(pipeline, "p12", past)
     [rec] = store.undeliverable("p12")
-    assert rec["state"] == "UNDELIVERABLE" and rec["n_messages"] == 1
+    assert rec["state"] == "UNDELIVERABLE" and rec["n_messages"] == 2
     exq = exception_queue(q)
     assert rt.catalog.info(exq).batches == 1
-    assert not rt.catalog.pending(q, "propagation:p12")  # acknowledged: no retries burnt
+    assert rt.catalog.properties(exq)["queue_type"] == "exception"
+    assert not rt.catalog.pending(q, "propagation:p12")
     assert store.require("p12").state.failures == 0
     rt.catalog.add_consumer(exq, "reader")
     [copy] = rt.catalog.pending(exq, "reader")
-    assert copy.path != path and spark.read.parquet(copy.path).count() == 1
+    assert spark.read.parquet(copy.path).count() == 2
