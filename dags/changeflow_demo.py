@@ -9,7 +9,8 @@ from pathlib import Path
 
 from changeflow.airflow.dags import build_dags
 
-SPEC = {   'components': {   'apply': ['apply_dbs2'],
+SPEC = {   'alerts': {'airflow': None, 'project': False},
+    'components': {   'apply': ['apply_dbs2'],
                       'capture': ['capture_hr'],
                       'propagation': ['dbs1_to_dbs2'],
                       'verify': ['apply_dbs2']},

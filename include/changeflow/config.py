@@ -182,6 +182,20 @@ class EmailAlerts(_Model):
     password_env: str | None = None
 
 
+class AirflowAlerts(_Model):
+    """Failed and retried tasks notified through Airflow's notifiers (Airflow connections).
+
+    ``smtp_conn_id`` with ``to``: Airflow's ``SmtpNotifier``; ``slack_webhook_conn_id``:
+    ``SlackWebhookNotifier`` (needs apache-airflow-providers-slack). See
+    ``docs/schedules.md``.
+    """
+
+    smtp_conn_id: str | None = None
+    to: list[str] = Field(default_factory=list)
+    from_email: str | None = None
+    slack_webhook_conn_id: str | None = None
+
+
 class AlertsConfig(_Model):
     """Where schedule alerts go: email, a generic webhook, Slack via Airflow's notifier."""
 
@@ -189,6 +203,7 @@ class AlertsConfig(_Model):
     webhook_url: str | None = None
     slack_conn_id: str | None = None
     timeout: float = Field(default=10.0, gt=0)
+    airflow: AirflowAlerts | None = None
 
 
 class PassLimits(_Model):

@@ -17,25 +17,44 @@ from changeflow.airflow.submit import SparkJobSpec, operator_kwargs
 
 START = dt.datetime(2024, 1, 1, tzinfo=dt.UTC)
 ORDER = ("capture", "propagation", "apply", "verify")
+#: Airflow retries of a job that exited transient (75): after 30 s, 60 s, 120 s.
+RETRIES = 3
 
 
 def default_args(kind: str) -> dict[str, Any]:
-    """Task defaults: an owner, and retries for transient failures."""
+    """Task defaults: an owner, and exact retries of transient exits only.
+
+    The retry policy reads the job's exit code (:mod:`changeflow.airflow.operators`):
+    75 retries after exactly 30 s x 2^(n-1), 65 and 1 fail at once. The demo's
+    verification is never retried.
+    """
+    from changeflow.airflow.operators import FIRST_RETRY, ExitCodeRetryPolicy
+
     return {
         "owner": "changeflow",
-        "retries": 2 if kind != "verify" else 0,
-        "retry_delay": dt.timedelta(seconds=30),
+        "retries": RETRIES if kind != "verify" else 0,
+        "retry_delay": FIRST_RETRY,
+        "retry_policy": ExitCodeRetryPolicy(),
     }
 
 
+def _callbacks(spec: dict[str, Any], root: Path, component: str) -> dict[str, Any]:
+    from changeflow.airflow.notifiers import notifiers
+
+    found = notifiers(spec.get("alerts"), str(root / spec["config"]), component)
+    return {"on_failure_callback": found, "on_retry_callback": found} if found else {}
+
+
 def _task(kind: str, name: str, spec: dict[str, Any], root: Path, task_id: str) -> Any:
-    from airflow.providers.apache.spark.operators.spark_submit import SparkSubmitOperator
+    from changeflow.airflow.operators import ChangeflowSparkSubmitOperator
 
     job = SparkJobSpec(
         kind=kind, name=name, config=str(root / spec["config"]), jobs_dir=str(root / "jobs"),
         conn_id=spec.get("conn_id", "spark_default"), conf=spec.get("spark", {}),
     )
-    return SparkSubmitOperator(task_id=task_id, **operator_kwargs(job))
+    extra: dict[str, Any] = {"retries": 0} if kind == "verify" else {}
+    return ChangeflowSparkSubmitOperator(task_id=task_id, **operator_kwargs(job), **extra,
+                                         **_callbacks(spec, root, f"{kind} {name}"))
 
 
 def component_dag(kind: str, name: str, spec: dict[str, Any], root: Path) -> Any:
@@ -49,19 +68,37 @@ def component_dag(kind: str, name: str, spec: dict[str, Any], root: Path) -> Any
     with DAG(
         dag_id=dag_id,
         description=f"changeflow {kind} {name} ({spec['config']})",
-        doc_md=f"Runs the {kind} **{name}** of `{spec['config']}` once per run.",
+        doc_md=_doc(kind, name, spec, sched),
         start_date=START,
-        schedule=airflow_ops.timetable_for(sched) if sched is not None else None,
+        schedule=airflow_ops.timetable_for(sched, config=str(root / spec["config"]),
+                                           propagation=name) if sched is not None else None,
         catchup=False,
         max_active_runs=1,
         default_args=default_args(kind),
         tags=["changeflow", kind, spec["pipeline"]],
     ) as dag:
         if sched is not None:
-            airflow_ops.window_tasks(name, spec, root, dag_id)
+            airflow_ops.window_task(name, spec, root, **_callbacks(spec, root, name))
         else:
             _task(kind, name, spec, root, task_id=kind)
     return dag
+
+
+def _doc(kind: str, name: str, spec: dict[str, Any], sched: dict[str, Any] | None) -> str:
+    if sched is None:
+        return f"Runs the {kind} **{name}** of `{spec['config']}` once per run."
+    return (f"Propagation **{name}** of `{spec['config']}`: one run per window of its "
+            "schedule. The `window` task runs the window as one Spark application; it is "
+            "*skipped* (not failed) when the schedule is disabled or its next retry is due in "
+            "a later window. Manage the schedule in **changeflow** (main navigation) or with "
+            "`changeflow schedules`; see `docs/schedules.md`.")
+
+
+def _pipeline_doc(spec: dict[str, Any]) -> str:
+    steps = " → ".join(f"{k} ({', '.join(spec['components'][k])})" for k in ORDER
+                       if spec["components"].get(k))
+    return (f"The **{spec['pipeline']}** pipeline of `{spec['config']}`, every component "
+            f"once, in order: {steps}. Each task is a spark-submit job.")
 
 
 def pipeline_dag(spec: dict[str, Any], root: Path) -> Any:
@@ -72,7 +109,7 @@ def pipeline_dag(spec: dict[str, Any], root: Path) -> Any:
     with DAG(
         dag_id=dag_id,
         description=f"changeflow pipeline {spec['pipeline']}: capture, propagate, apply",
-        doc_md=spec.get("doc", ""),
+        doc_md=spec.get("doc") or _pipeline_doc(spec),
         start_date=START,
         schedule=None,
         catchup=False,

@@ -1,11 +1,21 @@
-"""The changeflow Airflow plugin (timetables and UI views register here)."""
+"""The changeflow Airflow plugin: the window timetable, the run listener, the UI page.
+
+Registered once, from the project's plugins folder (``plugins/changeflow_plugin.py``;
+``scripts/env.sh`` sets ``AIRFLOW__CORE__PLUGINS_FOLDER``), and not also as a package
+entry point: an editable install leaves the package's metadata twice on ``sys.path``
+(``site-packages`` and ``include/changeflow.egg-info``), and Airflow registered the
+entry point twice ("Plugin 'changeflow' already registered"). Every Airflow component
+(scheduler, DAG processor, API server, workers) needs the plugins folder set: the
+scheduler deserializes the propagation DAGs' timetable through it.
+"""
 
 from __future__ import annotations
 
 from airflow.plugins_manager import AirflowPlugin
 
+from changeflow.airflow import listener
+from changeflow.airflow.ui.app import PREFIX, create_app
 from changeflow.schedules.timetable import PropagationWindowTimetable
-from changeflow.schedules.ui import PREFIX, create_app
 
 
 class ChangeflowPlugin(AirflowPlugin):
@@ -13,7 +23,9 @@ class ChangeflowPlugin(AirflowPlugin):
 
     name = "changeflow"
     timetables = [PropagationWindowTimetable]
-    fastapi_apps = [{"app": create_app(), "url_prefix": PREFIX, "name": "changeflow schedules"}]
-    external_views = [{"name": "Propagation schedules", "href": f"{PREFIX}/schedules",
-                       "destination": "nav", "category": "browse",
-                       "url_route": "changeflow-schedules"}]
+    listeners = [listener]
+    fastapi_apps = [{"app": create_app(), "url_prefix": PREFIX, "name": "changeflow"}]
+    external_views = [{
+        "name": "changeflow", "href": f"{PREFIX}/", "destination": "nav",
+        "url_route": "changeflow", "nav_top_level": True, "icon": f"{PREFIX}/icon.svg",
+    }]

@@ -45,7 +45,15 @@ def pipeline_spec(
         },
         "spark": dict(cfg.spark),
         "schedules": {p.name: schedule_literal(p.schedule) for p in cfg.propagations},
+        "alerts": alerts_literal(cfg),
     }
+
+
+def alerts_literal(cfg: PipelineConfig) -> dict[str, Any]:
+    """Which notifiers the DAGs' tasks get (``changeflow.airflow.notifiers``)."""
+    a = cfg.alerts
+    return {"airflow": a.airflow.model_dump() if a.airflow else None,
+            "project": bool(a.email or a.webhook_url)}
 
 
 def schedule_literal(sc: ScheduleConfig) -> dict[str, Any]:

@@ -1,99 +1,239 @@
-"""The Airflow side of a schedule: its DAG, pausing and unpausing it, the window tasks.
+"""The Airflow side of a schedule: its DAG and window task, pausing, triggering, backfill.
 
-Disabling a schedule pauses its DAG and enabling it unpauses it, through Airflow's
-metadata database (the same code path as ``airflow dags pause``). Inside a running
-Airflow task, where Airflow 3 forbids direct database access, the ``airflow dags
-pause`` command is run instead.
+A schedule's DAG is paused when the schedule is disabled, without stranding work:
+Airflow examines no run of a paused DAG (a running run would never finish, queued
+backfill runs would never start), so the DAG is paused only once it has no run in
+flight. :func:`toggle` (the CLI and the UI page) disables the schedule first (the open
+window ends within a second, its run ends green), waits for the DAG's in-flight runs,
+then pauses it; runs still in flight after the wait are left to finish, and the
+plugin's listener (:mod:`changeflow.airflow.listener`) pauses the DAG when the last one
+ends, as it does after an auto-disable. Enabling unpauses at once. A toggle changes
+both the schedule and the DAG, or neither: Airflow is checked first, and the schedule
+is restored if Airflow refuses.
+
+Everything here uses Airflow's metadata database, so it runs where that is allowed:
+the CLI (after :func:`changeflow.airflow.home.prepare`), the API server (the UI page)
+and the scheduler (the listener); never inside a task.
 """
 
 from __future__ import annotations
 
+import datetime as dt
 import logging
-import subprocess
+import time
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from changeflow.config import PipelineConfig
+from changeflow.errors import ConfigError
+
 log = logging.getLogger(__name__)
+IN_FLIGHT = ("queued", "running")
 
 
 def dag_id(pipeline: str, propagation: str) -> str:
-    """The DAG id of a propagation's schedule (as :mod:`changeflow.airflow.dags` names it)."""
+    """The DAG id of a propagation's schedule (as :mod:`changeflow.airflow.dags` names it).
+
+    >>> dag_id("demo", "dbs1_to_dbs2")
+    'changeflow_demo__propagation__dbs1_to_dbs2'
+    """
     return f"changeflow_{pipeline}__propagation__{propagation}"
 
 
-def set_paused(dag: str, paused: bool) -> bool:
-    """Pause or unpause a DAG. Returns False when Airflow does not know the DAG (yet)."""
-    try:
-        from airflow.models.dag import DagModel
-        from airflow.utils.session import create_session
-
-        with create_session() as session:
-            model = session.get(DagModel, dag)
-            if model is None:
-                return False
-            model.is_paused = paused
-        return True
-    except RuntimeError as exc:  # inside a task: the ORM is off limits
-        log.info("pausing %s through the CLI (%s)", dag, exc)
-    cmd = ["airflow", "dags", "pause" if paused else "unpause", dag, "-y"]
-    done = subprocess.run(cmd, capture_output=True, text=True, check=False)
-    if done.returncode != 0:
-        log.error("%s failed: %s", " ".join(cmd), done.stderr.strip()[-500:])
-    return done.returncode == 0
-
-
-def is_paused(dag: str) -> bool | None:
-    """Whether a DAG is paused (None when Airflow does not know it)."""
-    from airflow.models.dag import DagModel
-    from airflow.utils.session import create_session
-
-    with create_session() as session:
-        model = session.get(DagModel, dag)
-        return None if model is None else bool(model.is_paused)
-
-
-def sync_pause(config: str, name: str, dag: str) -> str:
-    """After a window: pause the DAG when the schedule is disabled (the auto-disable).
-
-    Airflow's own auto-pause calls nothing back, so the schedule store decides.
-    """
-    from changeflow.config import load_config
-    from changeflow.schedules.window import schedule_store
-
-    row = schedule_store(load_config(config), name).get(name)
-    if row is None or not row.disabled:
-        return "enabled"
-    set_paused(dag, True)
-    return f"disabled ({row.disabled_reason}): DAG {dag} paused"
-
-
-def timetable_for(sched: dict[str, Any]) -> Any:
+def timetable_for(sched: dict[str, Any], config: str | None = None,
+                  propagation: str | None = None) -> Any:
     """The timetable of a rendered schedule literal."""
     from changeflow.schedules.timetable import PropagationWindowTimetable
 
     return PropagationWindowTimetable(start=sched.get("start"), duration=sched.get("duration"),
                                       next_time=sched.get("next_time"),
-                                      latency=sched.get("latency", 3.0))
+                                      latency=sched.get("latency", 3.0), config=config,
+                                      propagation=propagation)
 
 
-def window_tasks(name: str, spec: dict[str, Any], root: Path, dag: str) -> Any:
-    """The tasks of a window run: the Spark window job, then the pause check."""
-    from airflow.providers.apache.spark.operators.spark_submit import SparkSubmitOperator
-    from airflow.providers.standard.operators.python import PythonOperator
+def window_task(name: str, spec: dict[str, Any], root: Path, **callbacks: Any) -> Any:
+    """The one task of a window run: the Spark window job (see ``PropagationWindowOperator``).
 
+    Only a start-up failure the job could not count (exit 75) is retried by Airflow, at
+    exactly 30 s, 60 s, 120 s; failures inside the window follow the schedule's own
+    backoff (seed 002), so the job's exit 1 is never retried by Airflow.
+    """
+    from changeflow.airflow.operators import PropagationWindowOperator
     from changeflow.airflow.submit import SparkJobSpec, operator_kwargs
 
     config = str(root / spec["config"])
     job = SparkJobSpec(kind="propagation_window", name=name, config=config,
                        jobs_dir=str(root / "jobs"), conn_id=spec.get("conn_id", "spark_default"),
                        conf=spec.get("spark", {}))
-    kw = operator_kwargs(job)
-    kw["application_args"] += ["--start", "{{ data_interval_start }}",
-                               "--end", "{{ data_interval_end }}"]
-    # The window job retries by itself with the exact backoff; a retry beyond the window
-    # is the next run. So no Airflow retries (its backoff has jitter).
-    window = SparkSubmitOperator(task_id="window", retries=0, **kw)
-    sync = PythonOperator(task_id="sync_schedule", python_callable=sync_pause,
-                          op_args=[config, name, dag], trigger_rule="all_done", retries=0)
-    window >> sync
-    return window
+    return PropagationWindowOperator(task_id="window", config=config, propagation=name,
+                                     **operator_kwargs(job), **callbacks)
+
+
+@dataclass
+class DagState:
+    """What Airflow knows of a DAG: whether it exists, is paused, which runs are in flight."""
+
+    dag_id: str
+    known: bool
+    paused: bool | None = None
+    in_flight: list[str] = field(default_factory=list)
+
+
+def dag_state(dag: str) -> DagState:
+    """The DAG's pause state and its queued or running runs."""
+    from airflow.models.dag import DagModel
+    from airflow.models.dagrun import DagRun
+    from airflow.utils.session import create_session
+    from sqlalchemy import select
+
+    with create_session() as session:
+        model = session.get(DagModel, dag)
+        if model is None:
+            return DagState(dag, False)
+        runs = session.scalars(select(DagRun.run_id).where(
+            DagRun.dag_id == dag, DagRun.state.in_(IN_FLIGHT))).all()
+        return DagState(dag, True, bool(model.is_paused), list(runs))
+
+
+def require_dag(dag: str) -> DagState:
+    """The DAG's state; raises when Airflow does not know the DAG (nothing is changed)."""
+    state = dag_state(dag)
+    if not state.known:
+        raise ConfigError(
+            f"Airflow does not know the DAG {dag} (not parsed yet, or another pipeline name: "
+            "--pipeline / CHANGEFLOW_PIPELINE); nothing was changed")
+    return state
+
+
+def set_paused(dag: str, paused: bool) -> None:
+    """Pause or unpause a DAG (Airflow's own ``airflow dags pause`` code path)."""
+    from airflow.models.dag import DagModel
+    from airflow.utils.session import create_session
+
+    with create_session() as session:
+        model = session.get(DagModel, dag)
+        if model is None:
+            raise ConfigError(f"Airflow does not know the DAG {dag}")
+        model.is_paused = paused
+
+
+def is_paused(dag: str) -> bool | None:
+    """Whether a DAG is paused (None when Airflow does not know it)."""
+    state = dag_state(dag)
+    return state.paused if state.known else None
+
+
+def pause_when_idle(dag: str, timeout: float, poll: float = 0.5) -> DagState:
+    """Pause a DAG once no run of it is queued or running (waiting up to ``timeout`` s).
+
+    Returns the DAG's state: ``paused`` False when runs were still in flight at the end
+    of the wait (the listener pauses it when the last one ends).
+    """
+    deadline = time.monotonic() + timeout
+    while True:
+        state = require_dag(dag)
+        if not state.in_flight:
+            set_paused(dag, True)
+            return DagState(dag, True, True, [])
+        if time.monotonic() >= deadline:
+            return state
+        time.sleep(poll)
+
+
+@dataclass
+class ToggleResult:
+    """What :func:`toggle` did."""
+
+    propagation: str
+    dag_id: str
+    disabled: bool
+    paused: bool | None
+    in_flight: list[str]
+    message: str
+
+
+def toggle(cfg: PipelineConfig, name: str, dag: str, disable: bool, *,
+           wait: float = 60.0, airflow: bool = True) -> ToggleResult:
+    """Enable or disable a schedule and unpause or pause its DAG: both, or neither.
+
+    Args:
+        dag: the schedule's DAG id.
+        wait: seconds to wait for in-flight runs before pausing.
+        airflow: False changes the schedule only (no Airflow at hand).
+
+    Raises:
+        ConfigError: Airflow does not know the DAG (checked before anything changes).
+    """
+    from changeflow.schedules.window import ensure_schedule
+
+    if airflow:
+        require_dag(dag)
+    store = ensure_schedule(cfg, name, dt.datetime.now(dt.UTC))
+    before = store.require(name)
+    store.set_disabled(name, disable, "user" if disable else None)
+    if not airflow:
+        return ToggleResult(name, dag, disable, None, [], "schedule only (--no-airflow)")
+    try:
+        if not disable:
+            set_paused(dag, False)
+            return ToggleResult(name, dag, False, False, [], f"enabled; DAG {dag} unpaused")
+        state = pause_when_idle(dag, wait)
+    except BaseException:
+        store.set_disabled(name, before.disabled, before.disabled_reason, reset_failures=False)
+        raise
+    if state.paused:
+        return ToggleResult(name, dag, True, True, [], f"disabled; DAG {dag} paused")
+    return ToggleResult(
+        name, dag, True, False, state.in_flight,
+        f"disabled; DAG {dag} is paused as soon as its runs in flight end "
+        f"({', '.join(state.in_flight)})")
+
+
+def trigger(dag: str, *, note: str | None = None, user: str | None = None,
+            by: str = "cli") -> str:
+    """Start a run now, without a logical date (as the UI's trigger does). Returns its id."""
+    from airflow.api.common.trigger_dag import trigger_dag
+    from airflow.utils.types import DagRunTriggeredByType
+
+    state = require_dag(dag)
+    if state.paused:
+        raise ConfigError(f"the DAG {dag} is paused (its schedule is disabled): Airflow "
+                          "would not start the run; enable the schedule first")
+    run = trigger_dag(dag, triggered_by=DagRunTriggeredByType(by), triggering_user_name=user,
+                      run_after=dt.datetime.now(dt.UTC), logical_date=None, note=note)
+    if run is None:
+        raise ConfigError(f"Airflow did not create a run of {dag}")
+    return str(run.run_id)
+
+
+def backfill(dag: str, start: dt.datetime, end: dt.datetime, *,
+             user: str | None = None) -> dict[str, Any]:
+    """Backfill the windows starting in ``[start, end]``: one run per window.
+
+    Refused when the DAG is paused (a disabled schedule): Airflow starts no run of a
+    paused DAG, so the backfill would wait unseen. Windows that ran and failed are run
+    again; windows that succeeded are not.
+
+    Returns:
+        ``{"id": backfill id, "runs": number of runs created}``.
+    """
+    from airflow.models.backfill import BackfillDagRun, ReprocessBehavior, _create_backfill
+    from airflow.utils.session import create_session
+    from sqlalchemy import func, select
+
+    if end < start:
+        raise ConfigError(f"backfill range ends ({end.isoformat()}) before it starts "
+                          f"({start.isoformat()})")
+    state = require_dag(dag)
+    if state.paused:
+        raise ConfigError(
+            f"the schedule of {dag} is disabled (DAG paused): Airflow runs no run of a paused "
+            "DAG, so a backfill would wait unseen. Enable the schedule, then backfill")
+    b = _create_backfill(dag_id=dag, from_date=start, to_date=end, max_active_runs=1,
+                         reverse=False, dag_run_conf=None, triggering_user_name=user,
+                         reprocess_behavior=ReprocessBehavior.FAILED)
+    with create_session() as session:
+        n = session.scalar(select(func.count()).select_from(BackfillDagRun).where(
+            BackfillDagRun.backfill_id == b.id, BackfillDagRun.dag_run_id.is_not(None)))
+    return {"id": b.id, "runs": int(n or 0)}

@@ -1,4 +1,19 @@
-"""The window job: ``jobs/propagation_window.py`` parses its arguments and calls :func:`main`."""
+"""The window job: ``jobs/propagation_window.py`` parses its arguments and calls :func:`main`.
+
+Exit codes (the Airflow task maps them, see :mod:`changeflow.airflow.operators`):
+
+* 0: the window ran (``EXIT_OK``);
+* 1: the window made attempts and ended on a failure it counted itself (backoff, alerts
+  and auto-disable are the schedule's): the run is red, Airflow does not retry it;
+* 65/75: a terminal/transient error before the schedule could count anything (its own
+  state store unreachable, a refused configuration): Airflow's retry policy decides;
+* :data:`EXIT_IDLE` (99): nothing attempted, by design (schedule disabled or dropped,
+  or a retry due in a later window): the task ends *skipped*, not failed.
+
+A window job never outlives the task that started it: ``--watch HOST:PID`` names the
+task's process, and the loop stops (cleanly, clearing its ``process`` entry) as soon as
+that process or the job's own parent (spark-submit) is gone.
+"""
 
 from __future__ import annotations
 
@@ -7,12 +22,15 @@ import dataclasses
 import datetime as dt
 import json
 import logging
+import os
+import socket
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
-from changeflow.errors import exit_code, is_transient
+from changeflow.errors import EXIT_FAILED, EXIT_OK, exit_code, is_transient
 
 log = logging.getLogger("changeflow.job")
+EXIT_IDLE = 99
 
 
 def _when(value: str) -> dt.datetime:
@@ -21,21 +39,58 @@ def _when(value: str) -> dt.datetime:
 
 
 def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
-    """``--config --name --start --end`` (the run's data interval)."""
+    """``--config --name --start --end [--watch HOST:PID]``."""
     p = argparse.ArgumentParser(prog="changeflow-propagation-window",
                                 description="Run one propagation window.")
     p.add_argument("--config", required=True, help="pipeline configuration file (YAML)")
     p.add_argument("--name", required=True, help="the propagation")
     p.add_argument("--start", type=_when, required=True, help="window start (ISO 8601)")
     p.add_argument("--end", type=_when, required=True, help="window end (ISO 8601)")
+    p.add_argument("--watch", default=None,
+                   help="HOST:PID of the process that owns this job (the Airflow task); "
+                        "the window stops when it is gone")
     return p.parse_args(argv)
 
 
+def _pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def watchdog(watch: str | None, parent: int | None = None) -> Callable[[], bool]:
+    """A check that is True while the owner (``HOST:PID``) and this job's parent live.
+
+    An owner on another host (cluster deploy mode) cannot be checked from here and is
+    ignored; the parent check still applies.
+
+    >>> watchdog(f"{socket.gethostname()}:{os.getpid()}")()
+    True
+    >>> watchdog(f"{socket.gethostname()}:999999999")()
+    False
+    """
+    parent = os.getppid() if parent is None else parent
+    host, _, pid = (watch or "").rpartition(":")
+    owner = int(pid) if pid.isdigit() and host == socket.gethostname() else None
+
+    def alive() -> bool:
+        if os.getppid() != parent:  # spark-submit (our parent) died: we were re-parented
+            return False
+        return owner is None or _pid_alive(owner)
+
+    return alive
+
+
 def main(argv: Sequence[str] | None = None) -> int:
-    """Run one window in one Spark application. Exit 0 unless it ended on a failure."""
+    """Run one window in one Spark application; returns the exit code (see module doc)."""
     logging.basicConfig(level=logging.INFO,
                         format="%(asctime)s %(levelname)s %(name)s %(message)s")
     args = parse_args(argv)
+    alive = watchdog(args.watch)
     try:
         from changeflow.clients import check_references, rule_filter
         from changeflow.config import load_config
@@ -46,7 +101,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         check_references(cfg)
         spark = get_session(f"changeflow-window-{args.name}")
         report = run_window(spark, cfg, args.name, start=args.start, end=args.end,
-                            rule_filter=rule_filter(cfg, "propagation", args.name))
+                            rule_filter=rule_filter(cfg, "propagation", args.name),
+                            alive=alive)
     except Exception as exc:  # noqa: BLE001  (every failure becomes a classified exit code)
         verdict = "transient, retry later" if is_transient(exc) else "terminal, not retried"
         log.error("window %s failed (%s): %s", args.name, verdict, exc,
@@ -54,5 +110,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"changeflow window {args.name}: error ({verdict}): {exc}", file=sys.stderr)
         return exit_code(exc)
     print(json.dumps({"kind": "propagation_window", "name": args.name,
-                      "result": dataclasses.asdict(report)}, default=str))
-    return 0 if report.ok else 1
+                      "result": dataclasses.asdict(report)}, default=str), flush=True)
+    if report.idle:
+        print(f"changeflow window {args.name}: nothing attempted ({report.stopped})",
+              flush=True)
+        return EXIT_IDLE
+    return EXIT_OK if report.ok else EXIT_FAILED

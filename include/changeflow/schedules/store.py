@@ -139,11 +139,16 @@ class ScheduleStore:
                 latency=new.latency, updated_at=utcnow()))
         return self.require(name)
 
-    def set_disabled(self, name: str, disabled: bool, reason: str | None = None) -> ScheduleRow:
-        """Disable or enable. Enabling also clears the failure count and pending retry."""
+    def set_disabled(self, name: str, disabled: bool, reason: str | None = None, *,
+                     reset_failures: bool = True) -> ScheduleRow:
+        """Disable or enable. Enabling also clears the failure count and pending retry.
+
+        Args:
+            reset_failures: False keeps the failure state (undoing a change).
+        """
         values: dict[str, Any] = {"disabled": disabled, "updated_at": utcnow(),
                                   "disabled_reason": reason if disabled else None}
-        if not disabled:
+        if not disabled and reset_failures:
             values.update(failures=0, next_retry=None)
         with self.store.begin() as c:
             self.require(name, c)
@@ -182,13 +187,22 @@ class ScheduleStore:
         return self.require(name)
 
     def set_process(self, name: str, process: str | None,
-                    next_run: dt.datetime | None = None) -> None:
-        """Record which process runs the schedule now (``None`` when no window runs)."""
-        values: dict[str, Any] = {"process": process, "updated_at": utcnow()}
+                    next_run: dt.datetime | None = None, *, only_if: str | None = None) -> None:
+        """Record which process runs the schedule now (``None`` when no window runs).
+
+        Args:
+            only_if: clear or replace the entry only while it still names this process
+                (a window never clears the entry of a newer window).
+        """
+        values: dict[str, Any] = {"updated_at": utcnow()}
         if next_run is not None:
             values["next_run"] = next_run
         with self.store.begin() as c:
-            c.execute(update(schedules).where(schedules.c.propagation == name).values(**values))
+            where = schedules.c.propagation == name
+            c.execute(update(schedules).where(where).values(**values))
+            if only_if is not None:
+                where = where & (schedules.c.process == only_if)
+            c.execute(update(schedules).where(where).values(process=process))
 
     def add_undeliverable(self, **values: Any) -> None:
         """Record source batches marked UNDELIVERABLE (moved to the exception queue)."""

@@ -42,12 +42,17 @@ class PropagationWindowTimetable(Timetable):
         duration: window length in seconds (None: infinite, run as segments).
         next_time: seconds between window starts (None: back to back).
         latency: the schedule's latency in seconds (shown in the summary).
+        config: the pipeline configuration (for the plugin's listener, which finds the
+            schedule of a finished run through it).
+        propagation: the propagation whose schedule this is.
     """
 
     def __init__(self, start: str | None = None, duration: float | None = None,
-                 next_time: float | None = None, latency: float = model.DEFAULT_LATENCY):
+                 next_time: float | None = None, latency: float = model.DEFAULT_LATENCY,
+                 config: str | None = None, propagation: str | None = None):
         self.start, self.duration, self.next_time, self.latency = (
             start, duration, next_time, latency)
+        self.config, self.propagation = config, propagation
         anchor = dt.datetime.fromisoformat(start) if start else EPOCH
         self.schedule = model.Schedule("timetable", start=anchor, duration=duration,
                                        next_time=next_time, latency=latency)
@@ -59,7 +64,7 @@ class PropagationWindowTimetable(Timetable):
 
     def serialize(self) -> dict[str, Any]:
         return {"start": self.start, "duration": self.duration, "next_time": self.next_time,
-                "latency": self.latency}
+                "latency": self.latency, "config": self.config, "propagation": self.propagation}
 
     @classmethod
     def deserialize(cls, data: dict[str, Any]) -> Timetable:
@@ -70,10 +75,10 @@ class PropagationWindowTimetable(Timetable):
         return DagRunInfo(run_after=start, data_interval=DataInterval(start, end))
 
     def infer_manual_data_interval(self, *, run_after: pendulum.DateTime) -> DataInterval:
-        """A manual run is the window open at ``run_after``, else one window's length."""
+        """A manual run is the window open at ``run_after``; between windows, one pass."""
         w = model.window_at(self.schedule, _std(run_after))
         if w is None:
-            return DataInterval(run_after, _pdt(_std(run_after) + self.schedule.length))
+            return DataInterval(run_after, run_after)
         return DataInterval(_pdt(w.start), _pdt(w.end))
 
     def next_dagrun_info(self, *, last_automated_data_interval: DataInterval | None,

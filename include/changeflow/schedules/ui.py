@@ -1,99 +1,144 @@
-"""The schedules page of the Airflow UI: a FastAPI app mounted by the plugin.
+"""What the changeflow page shows of schedules, and the actions it offers (no HTTP here).
 
-Airflow does not protect plugin apps by itself, so every route depends on Airflow's
-auth manager (``requires_access_dag``): the UI's session cookie or a bearer token is
-checked, reading needs DAG read access and enable/disable needs DAG edit access. The
-app serves ``/changeflow/schedules`` (an HTML page, shown in the UI's navigation as an
-external view) and ``/changeflow/schedules.json`` (the same rows, for scripts).
+:func:`schedule_rows` is the ``user_queue_schedules`` view of every configured
+propagation, completed with what an operator needs at a glance: the schedule's
+*state* (``running``, ``enabled``, ``failing`` with the next retry, ``disabled``,
+``auto-disabled`` with the reason), its DAG (paused, runs in flight) and a stale
+``process`` entry cleared. Listing creates the configured schedule of a propagation
+that has none, as the CLI does, so there is never a "(no schedule)" row.
 
-The pipeline configuration comes from ``$CHANGEFLOW_CONFIG`` and the DAG id prefix from
-``$CHANGEFLOW_PIPELINE`` (default ``demo``) in the API server's environment.
+The HTTP side is :mod:`changeflow.airflow.ui.app`; the CLI uses the same functions.
 """
 
 from __future__ import annotations
 
-import html
-import os
+import datetime as dt
+import logging
 from typing import Any
 
-from fastapi import Depends, FastAPI, HTTPException
-from fastapi.responses import HTMLResponse, JSONResponse, RedirectResponse
+from changeflow.airflow.ui.registry import Column
+from changeflow.config import PipelineConfig
+from changeflow.errors import ConfigError
 
-PREFIX = "/changeflow"
-COLUMNS = ("propagation", "summary", "disabled", "failures", "total_number", "total_bytes",
-           "avg_time", "avg_number", "avg_size", "max_number", "max_bytes", "last_run",
-           "next_run", "process", "last_error_msg", "last_error_time")
+log = logging.getLogger(__name__)
 
-
-def _config() -> Any:
-    from changeflow.config import load_config
-
-    path = os.environ.get("CHANGEFLOW_CONFIG")
-    if not path:
-        raise HTTPException(503, "set CHANGEFLOW_CONFIG in the Airflow API server's environment")
-    return load_config(path)
+UNDELIVERABLE_COLUMNS = (
+    Column("propagation"), Column("source_queue", header="source queue"),
+    Column("source_seq", "count", "source batch"), Column("n_messages", "count", "messages"),
+    Column("exception_queue", header="exception queue"),
+    Column("exception_seq", "count", "exception batch"), Column("state", "state"),
+    Column("error_message", header="error"), Column("created_at", "time", "when"),
+)
 
 
-def rows() -> list[dict[str, Any]]:
-    """The ``user_queue_schedules`` rows of every configured propagation."""
-    from changeflow.schedules.window import schedule_store
+def state_of(row: dict[str, Any]) -> str:
+    """The one-word state of a schedule row.
 
-    cfg = _config()
+    >>> state_of({"disabled": True, "disabled_reason": "failures"})
+    'auto-disabled'
+    >>> state_of({"disabled": False, "failures": 2, "process": None})
+    'failing'
+    """
+    if row.get("disabled"):
+        return "auto-disabled" if row.get("disabled_reason") == "failures" else "disabled"
+    if row.get("process"):
+        return "running"
+    if row.get("failures"):
+        return "failing"
+    return "enabled"
+
+
+def schedule_rows(cfg: PipelineConfig, pipeline: str | None = None,
+                  with_airflow: bool = True) -> list[dict[str, Any]]:
+    """Every configured propagation's schedule, with its state and its DAG's state.
+
+    Args:
+        pipeline: the DAG id prefix (for the DAG columns); None leaves them out.
+        with_airflow: read the DAGs' pause state and runs from Airflow's database.
+    """
+    from changeflow.schedules.airflow_ops import dag_id, dag_state
+    from changeflow.schedules.window import clear_stale_process, ensure_schedule
+
+    now = dt.datetime.now(dt.UTC)
     out = []
     for p in cfg.propagations:
-        row = schedule_store(cfg, p.name).get(p.name)
-        out.append(row.as_dict() if row else {"propagation": p.name, "summary": "(no schedule)"})
+        store = ensure_schedule(cfg, p.name, now)
+        stale = clear_stale_process(store, p.name)
+        row = store.require(p.name)
+        d = row.as_dict()
+        d["state"] = state_of(d)
+        d["stale_process_cleared"] = stale
+        d["source_queue"], d["destination_queue"] = p.source_queue, p.destination_queue
+        if row.next_run is not None and row.next_run < now and not row.disabled:
+            d["next_run"] = _next_window_start(row, now)
+        if pipeline is not None:
+            d["dag_id"] = dag_id(pipeline, p.name)
+            if with_airflow:
+                try:
+                    st = dag_state(d["dag_id"])
+                    d["dag_known"], d["dag_paused"], d["runs_in_flight"] = (
+                        st.known, st.paused, len(st.in_flight))
+                except Exception as exc:  # noqa: BLE001 (shown, never fatal to the listing)
+                    d["dag_error"] = str(exc).splitlines()[0][:300]
+        out.append(d)
     return out
 
 
-def _page(data: list[dict[str, Any]]) -> str:
-    head = "".join(f"<th>{c}</th>" for c in COLUMNS) + "<th></th>"
-    body = []
-    for r in data:
-        cells = "".join(f"<td>{html.escape(str(r.get(c, '') or ''))}</td>" for c in COLUMNS)
-        name = html.escape(str(r["propagation"]))
-        action = "enable" if r.get("disabled") else "disable"
-        form = (f"<form method='post' action='{PREFIX}/schedules/{name}/{action}'>"
-                f"<button>{action}</button></form>")
-        body.append(f"<tr>{cells}<td>{form}</td></tr>")
-    return ("<!doctype html><html><head><title>changeflow schedules</title><style>"
-            "body{font-family:sans-serif}table{border-collapse:collapse}"
-            "td,th{border:1px solid #ccc;padding:3px 6px;font-size:13px}</style></head><body>"
-            "<h2>Propagation schedules</h2>"
-            f"<p><a href='{PREFIX}/schedules.json'>JSON</a></p>"
-            f"<table><tr>{head}</tr>{''.join(body)}</table></body></html>")
+def _next_window_start(row: Any, now: dt.datetime) -> dt.datetime:
+    from changeflow.schedules import model
+
+    w = model.window_at(row.schedule, now)
+    return now if w is not None else model.next_window(row.schedule, now).start
 
 
-def create_app() -> FastAPI:
-    """The app the plugin mounts at :data:`PREFIX`."""
-    from airflow.api_fastapi.core_api.security import requires_access_dag
+def undeliverable_rows(cfg: PipelineConfig) -> list[dict[str, Any]]:
+    """The UNDELIVERABLE records of every configured propagation, newest first."""
+    from changeflow.schedules.window import schedule_store
 
-    read = [Depends(requires_access_dag("GET"))]
-    edit = [Depends(requires_access_dag("PUT"))]
-    app = FastAPI(title="changeflow schedules")
+    out: list[dict[str, Any]] = []
+    for p in cfg.propagations:
+        out.extend(schedule_store(cfg, p.name).undeliverable(p.name))
+    return sorted(out, key=lambda r: r["id"], reverse=True)
 
-    @app.get("/schedules", response_class=HTMLResponse, dependencies=read)
-    def page() -> str:
-        return _page(rows())
 
-    @app.get("/schedules.json", dependencies=read)
-    def as_json() -> JSONResponse:
-        import json
+def _seconds(value: Any, what: str) -> float | None:
+    if value is None or value == "":
+        return None
+    try:
+        v = float(value)
+    except (TypeError, ValueError) as exc:
+        raise ConfigError(f"{what} must be a number of seconds, got {value!r}") from exc
+    return v
 
-        return JSONResponse(json.loads(json.dumps(rows(), default=str)))
 
-    @app.post("/schedules/{name}/{action}", dependencies=edit)
-    def toggle(name: str, action: str) -> RedirectResponse:
-        from changeflow.schedules import airflow_ops
-        from changeflow.schedules.window import schedule_store
+def alter(cfg: PipelineConfig, name: str, body: dict[str, Any]) -> dict[str, Any]:
+    """Alter a schedule's window and latency from a form (``duration``, ``next_time``,
+    ``latency`` in seconds; ``infinite`` true sets duration NULL)."""
+    from changeflow.schedules.window import ensure_schedule
 
-        if action not in ("enable", "disable"):
-            raise HTTPException(404, f"unknown action {action!r}")
-        cfg = _config()
-        store = schedule_store(cfg, name)
-        store.set_disabled(name, action == "disable", "user")
-        pipeline = os.environ.get("CHANGEFLOW_PIPELINE", "demo")
-        airflow_ops.set_paused(airflow_ops.dag_id(pipeline, name), action == "disable")
-        return RedirectResponse(f"{PREFIX}/schedules", status_code=303)
+    cfg.component("propagation", name)
+    changes: dict[str, Any] = {}
+    for key in ("duration", "next_time", "latency"):
+        if key in body:
+            changes[key] = _seconds(body[key], key)
+    if body.get("infinite"):
+        changes["duration"] = None
+    if "latency" in changes and changes["latency"] is None:
+        raise ConfigError("latency cannot be empty")
+    store = ensure_schedule(cfg, name, dt.datetime.now(dt.UTC))
+    return store.alter(name, **changes).as_dict()
 
-    return app
+
+def parse_time(value: Any, what: str) -> dt.datetime:
+    """An ISO time from a form, UTC when no zone is given.
+
+    >>> parse_time("2024-03-01T00:00", "from").isoformat()
+    '2024-03-01T00:00:00+00:00'
+    """
+    if not value:
+        raise ConfigError(f"{what} is required (ISO time, e.g. 2024-03-01T00:00Z)")
+    try:
+        t = dt.datetime.fromisoformat(str(value).replace("Z", "+00:00"))
+    except ValueError as exc:
+        raise ConfigError(f"{what}: not an ISO time: {value!r}") from exc
+    return t if t.tzinfo else t.replace(tzinfo=dt.UTC)

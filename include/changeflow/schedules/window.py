@@ -24,7 +24,9 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from changeflow.config import PipelineConfig
+from changeflow.errors import ConfigError
 from changeflow.schedules import alerts, model
+from changeflow.schedules.outages import check_destination
 from changeflow.schedules.store import ScheduleRow, ScheduleStore
 from changeflow.schedules.undeliverable import (
     disposition,
@@ -40,6 +42,8 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 POLL = 1.0
+DEFERRED = "retry deferred to the next window"
+IDLE_STOPS = ("disabled", "dropped", DEFERRED)
 
 
 class Clock:
@@ -67,6 +71,22 @@ class WindowReport:
     stopped: str = ""
     ok: bool = True
     alerts: list[dict[str, str]] = field(default_factory=list)
+    more_pending: bool = False
+    late: bool = False
+
+    @property
+    def attempted(self) -> bool:
+        """Whether this run made any propagation attempt (a pass, or a failed start-up)."""
+        return self.passes > 0 or bool(self.errors)
+
+    @property
+    def idle(self) -> bool:
+        """A run that attempted nothing: disabled, dropped, or waiting for a later retry.
+
+        Such a run is not a failure of its own: the job exits with ``EXIT_IDLE`` and the
+        Airflow task ends *skipped*, with the reason in its log and the run's note.
+        """
+        return not self.attempted and self.stopped in IDLE_STOPS
 
 
 def schedule_store(cfg: PipelineConfig, name: str) -> ScheduleStore:
@@ -96,63 +116,145 @@ def effective_end(row: ScheduleRow, run_end: dt.datetime, now: dt.datetime) -> d
     return min(run_end, w.end) if w is not None else min(run_end, now)
 
 
+def this_process() -> str:
+    """How the ``process`` column names the running window: ``host:pid``."""
+    return f"{socket.gethostname()}:{os.getpid()}"
+
+
+def process_alive(process: str | None) -> bool | None:
+    """Whether a ``host:pid`` process entry is alive (None when it is on another host).
+
+    >>> process_alive(this_process())
+    True
+    """
+    if not process:
+        return False
+    host, _, pid = process.rpartition(":")
+    if host != socket.gethostname() or not pid.isdigit():
+        return None
+    try:
+        os.kill(int(pid), 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def clear_stale_process(store: ScheduleStore, name: str) -> str | None:
+    """Clear the ``process`` entry of a window job that no longer exists (killed, crashed).
+
+    Returns the entry that was cleared, or None.
+    """
+    row = store.get(name)
+    if row is None or not row.process or process_alive(row.process) is not False:
+        return None
+    store.set_process(name, None, only_if=row.process)
+    log.warning("schedule of %s: process %s is gone; stale entry cleared", name, row.process)
+    return row.process
+
+
 def run_window(
     spark: SparkSession, cfg: PipelineConfig, name: str, *, start: dt.datetime,
     end: dt.datetime, clock: Clock | None = None,
     propagate: Callable[..., PropagationResult] | None = None,
     rule_filter: Callable[[Any], Any] | None = None,
+    alive: Callable[[], bool] | None = None,
 ) -> WindowReport:
     """Run one window ``[start, end)`` of a propagation's schedule.
 
-    A window whose end has passed (a backfilled or late run) makes one pass and
-    stops: re-propagating is harmless, the destination's dedup keys drop a range it
-    already holds.
+    A window whose end had passed when it started (a backfilled or late run) drains
+    what is pending (pass by pass, up to the pass limits) and stops: re-propagating is
+    harmless, the destination's dedup keys drop a range it already holds.
+
+    Only the schedule's own store (the source site) must answer at start-up; an
+    unreachable destination is a counted failure with the schedule's backoff and
+    alerts, like any failed pass. A configuration the catalog refuses (a queue moved
+    without ``changeflow queues relocate``) is refused at start-up (``ConfigError``).
 
     Args:
         propagate: the pass to run (default :func:`changeflow.propagation.propagate_once`).
+        alive: called between passes and while waiting; when it returns False (the
+            Airflow task that started the job is gone) the window stops.
     """
     from changeflow.propagation import propagate_once
 
     clock = clock or Clock()
     propagate = propagate or propagate_once
-    open_pipeline(cfg)
     store = ensure_schedule(cfg, name, clock.now())
-    report = WindowReport(name, start, end)
-    store.set_process(name, f"{socket.gethostname()}:{os.getpid()}")
+    clear_stale_process(store, name)
+    report = WindowReport(name, start, end, late=clock.now() >= end)
+    store.set_process(name, this_process())
     try:
-        _loop(spark, cfg, name, store, report, clock, propagate, rule_filter)
+        if _start_up(cfg, name, store, report, clock):
+            _loop(spark, cfg, name, store, report, clock, propagate, rule_filter,
+                  alive or (lambda: True))
+        else:
+            report.stopped = DEFERRED
     finally:
         row = store.get(name)
         nxt = model.next_window(row.schedule, end).start if row else None
-        store.set_process(name, None, next_run=nxt) if row else None
+        store.set_process(name, None, next_run=nxt, only_if=this_process()) if row else None
     log.info("window of %s ended (%s): %d passes, %d messages", name, report.stopped,
              report.passes, report.messages)
     return report
 
 
+def _start_up(cfg: PipelineConfig, name: str, store: ScheduleStore, report: WindowReport,
+              clock: Clock) -> bool:
+    """Open every site of the pipeline; an unreachable one is a counted failure.
+
+    Returns False when the failure was counted (the loop then waits for the retry).
+
+    Raises:
+        ConfigError: the configuration is refused (terminal, nothing is counted).
+    """
+    row = store.get(name)
+    if row is None or row.disabled:
+        return True  # the loop reports it
+    try:
+        open_pipeline(cfg)
+    except ConfigError:
+        raise
+    except Exception as exc:  # noqa: BLE001 (classified below)
+        if disposition(exc) not in ("retry", "fail"):
+            raise
+        _count_failure(cfg, name, store, report, clock, _message(exc))
+        return False
+    return True
+
+
+def _message(exc: BaseException) -> str:
+    return f"{type(exc).__name__}: {exc}".splitlines()[0]
+
+
 def _loop(spark: SparkSession, cfg: PipelineConfig, name: str, store: ScheduleStore,
           report: WindowReport, clock: Clock, propagate: Callable[..., PropagationResult],
-          rule_filter: Callable[[Any], Any] | None) -> None:
+          rule_filter: Callable[[Any], Any] | None, alive: Callable[[], bool]) -> None:
     while True:
+        if not alive():
+            report.stopped = "task gone"
+            return
         now = clock.now()
         row = store.get(name)
         if row is None or row.disabled:
             report.stopped = "dropped" if row is None else "disabled"
             return
         end = effective_end(row, report.end, now)
-        if report.passes and now >= end:
+        if report.passes and now >= end and not (report.late and report.more_pending
+                                                  and report.ok):
             report.stopped = "window end"
             return
         retry = row.state.next_retry
         if retry is not None and now < retry:
             if retry >= end:
-                report.stopped, report.ok = "retry deferred to the next window", False
+                report.stopped = DEFERRED
                 return
             clock.sleep(min(POLL, (retry - now).total_seconds()))
             continue
         found = _attempt(spark, cfg, name, store, report, clock, propagate, rule_filter)
         if not found and report.ok:
-            _idle(store, name, report.end, clock)
+            _idle(store, name, report.end, clock, alive)
 
 
 def _attempt(spark: SparkSession, cfg: PipelineConfig, name: str, store: ScheduleStore,
@@ -161,9 +263,10 @@ def _attempt(spark: SparkSession, cfg: PipelineConfig, name: str, store: Schedul
     """One propagation pass. Returns whether it found anything to propagate."""
     report.passes += 1
     try:
+        check_destination(cfg, name)
         res = propagate(spark, cfg, name, rule_filter=rule_filter)
     except Exception as exc:  # noqa: BLE001 (every failure is classified, then handled)
-        message = f"{type(exc).__name__}: {exc}".splitlines()[0]
+        message = _message(exc)
         what = disposition(exc)
         if what == "busy":
             log.info("propagation %s: %s; waiting", name, message)
@@ -180,17 +283,10 @@ def _attempt(spark: SparkSession, cfg: PipelineConfig, name: str, store: Schedul
             _alert(cfg, report, alerts.Alert("messages_undeliverable", name, 0, message,
                                              clock.now()))
             return True
-        report.ok = False
-        row = store.record_failure(name, message, clock.now())
-        _alert(cfg, report, alerts.Alert(alerts.WINDOW_FAILED, name, row.state.failures,
-                                         message, clock.now(), row.state.next_retry))
-        if row.disabled and row.disabled_reason == "failures":
-            log.error("schedule of %s disabled after %d consecutive failures", name,
-                      row.state.failures)
-            _alert(cfg, report, alerts.Alert(alerts.DISABLED, name, row.state.failures,
-                                             message, clock.now()))
+        _count_failure(cfg, name, store, report, clock, message)
         return False
     report.ok = True
+    report.more_pending = res.more_pending
     report.messages += res.messages_propagated
     report.bytes += res.bytes_propagated
     row = store.require(name)
@@ -200,7 +296,24 @@ def _attempt(spark: SparkSession, cfg: PipelineConfig, name: str, store: Schedul
     return bool(res.batches_read or res.more_pending)
 
 
-def _idle(store: ScheduleStore, name: str, end: dt.datetime, clock: Clock) -> None:
+def _count_failure(cfg: PipelineConfig, name: str, store: ScheduleStore, report: WindowReport,
+                   clock: Clock, message: str) -> None:
+    """Count a failure (backoff, auto-disable) and alert."""
+    report.ok = False
+    if message not in report.errors:
+        report.errors.append(message)
+    row = store.record_failure(name, message, clock.now())
+    _alert(cfg, report, alerts.Alert(alerts.WINDOW_FAILED, name, row.state.failures,
+                                     message, clock.now(), row.state.next_retry))
+    if row.disabled and row.disabled_reason == "failures":
+        log.error("schedule of %s disabled after %d consecutive failures", name,
+                  row.state.failures)
+        _alert(cfg, report, alerts.Alert(alerts.DISABLED, name, row.state.failures,
+                                         message, clock.now()))
+
+
+def _idle(store: ScheduleStore, name: str, end: dt.datetime, clock: Clock,
+          alive: Callable[[], bool]) -> None:
     """Wait ``latency`` seconds (or until the window ends), rereading the schedule."""
     row = store.get(name)
     if row is None:
@@ -209,7 +322,7 @@ def _idle(store: ScheduleStore, name: str, end: dt.datetime, clock: Clock) -> No
     while (left := (until - clock.now()).total_seconds()) > 0:
         clock.sleep(min(POLL, left))
         fresh = store.get(name)
-        if fresh is None or fresh.disabled or fresh.schedule != row.schedule:
+        if fresh is None or fresh.disabled or fresh.schedule != row.schedule or not alive():
             return
 
 
