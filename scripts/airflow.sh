@@ -8,6 +8,8 @@ export AIRFLOW__API__PORT="${AIRFLOW__API__PORT:-8080}"
 # $AIRFLOW_HOME/simple_auth_manager_passwords.json.generated on first start.
 export AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_USERS="${AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_USERS:-admin:admin}"
 airflow db migrate >/dev/null
+# The configured schedules exist from the first start (the page and the CLI show them).
+changeflow schedules --config "$CHANGEFLOW_CONFIG" sync >/dev/null
 echo "Airflow UI: http://localhost:${AIRFLOW__API__PORT}  (user admin; password in"
 echo "  $AIRFLOW_HOME/simple_auth_manager_passwords.json.generated)"
 exec airflow standalone

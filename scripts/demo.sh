@@ -15,6 +15,8 @@ mkdir -p "$CHANGEFLOW_WORK"
 cd "$ROOT"
 changeflow demo generate --root "$DEMO/source" --rounds "$ROUNDS"
 airflow db migrate >/dev/null 2>&1 || airflow db migrate
+# The configured propagation schedules exist from the first run (page, CLI, DAGs).
+changeflow schedules --config config/demo.yaml sync >/dev/null
 echo "running DAG changeflow_demo__pipeline (log: $LOG) ..."
 set +e
 airflow dags test changeflow_demo__pipeline >"$LOG" 2>&1
@@ -28,6 +30,7 @@ if [ $rc -ne 0 ] || ! grep -aq "DagRun Finished: dag_id=changeflow_demo__pipelin
   exit 1
 fi
 CHANGEFLOW_CONFIG=config/demo.yaml changeflow queues list
+CHANGEFLOW_CONFIG=config/demo.yaml changeflow schedules
 echo "data-quality checks (latest result per stage; Data Docs: work/data-docs/):"
 CHANGEFLOW_CONFIG=config/demo.yaml changeflow quality latest
 CHANGEFLOW_CONFIG=config/demo.yaml changeflow quality docs >/dev/null
