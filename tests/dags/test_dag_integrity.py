@@ -39,15 +39,58 @@ def test_one_dag_per_component_plus_pipeline(dagbag) -> None:  # type: ignore[no
 
 
 def test_policies(dagbag) -> None:  # type: ignore[no-untyped-def]
+    from airflow.sdk.exceptions import AirflowException
+
+    from changeflow.airflow.operators import (
+        ChangeflowSparkSubmitOperator,
+        ExitCodeRetryPolicy,
+        TerminalJobError,
+        TransientJobError,
+    )
+
     for dag_id, dag in dagbag.dags.items():
         assert "changeflow" in dag.tags, dag_id
         assert dag.max_active_runs == 1, dag_id
         assert not dag.catchup, dag_id
         for task in dag.tasks:
             assert task.owner == "changeflow", (dag_id, task.task_id)
-            assert task.retries is not None, (dag_id, task.task_id)
-            if task.task_type == "SparkSubmitOperator":
-                assert task.application.startswith(str(ROOT / "jobs")), task.application
+            assert isinstance(task, ChangeflowSparkSubmitOperator), (dag_id, task.task_id)
+            assert task.application.startswith(str(ROOT / "jobs")), task.application
+            assert isinstance(task.retry_policy, ExitCodeRetryPolicy), (dag_id, task.task_id)
+            assert task.retries == (0 if task.task_id.startswith("verify") else 3), task.task_id
+            # what the task does with each exit code of its job
+            transient = task.classify(AirflowException("Cannot execute: x. Error code is: 75."))
+            assert isinstance(transient, TransientJobError)
+            decisions = [task.retry_policy.evaluate(transient, n, 4) for n in (1, 2, 3)]
+            assert [d.retry_delay.total_seconds() for d in decisions] == [30, 60, 120]
+            terminal = task.classify(AirflowException("Cannot execute: x. Error code is: 65."))
+            assert isinstance(terminal, TerminalJobError)
+            assert task.retry_policy.evaluate(terminal, 1, 4).action.value == "fail"
+
+
+def test_window_task_skips_idle_windows_and_has_documented_dags(dagbag) -> None:  # type: ignore[no-untyped-def]
+    from airflow.sdk.exceptions import AirflowException, AirflowSkipException
+
+    window = dagbag.dags["changeflow_demo__propagation__dbs1_to_dbs2"].get_task("window")
+    idle = window.classify(AirflowException("Cannot execute: x. Error code is: 99."))
+    assert isinstance(idle, AirflowSkipException)
+    pipeline = dagbag.dags["changeflow_demo__pipeline"]
+    for word in ("capture_hr", "dbs1_to_dbs2", "apply_dbs2", "config/demo.yaml"):
+        assert word in pipeline.doc_md, word
+    assert "skipped" in dagbag.dags["changeflow_demo__propagation__dbs1_to_dbs2"].doc_md
+
+
+def test_window_of_a_run_without_logical_date(dagbag) -> None:  # type: ignore[no-untyped-def]
+    import datetime as dt
+    from types import SimpleNamespace
+
+    dag = dagbag.dags["changeflow_demo__propagation__dbs1_to_dbs2"]
+    window = dag.get_task("window")
+    after = dt.datetime(2026, 5, 1, 10, 20, tzinfo=dt.UTC)
+    start, end = window.window({"dag": dag, "dag_run": SimpleNamespace(run_after=after)})
+    # the demo's infinite window runs as 1-hour segments: the one open at run_after
+    assert (start, end) == (dt.datetime(2026, 5, 1, 10, tzinfo=dt.UTC),
+                            dt.datetime(2026, 5, 1, 11, tzinfo=dt.UTC))
 
 
 def test_rendered_dag_file_is_current(tmp_path: Path) -> None:

@@ -1,9 +1,15 @@
-"""Enable/disable through the real Airflow (embedded DB in a temp AIRFLOW_HOME), the
-auto-disable pause, the timetable's runs and a backfill of a date range."""
+"""The CLI against a real Airflow metadata database (temp AIRFLOW_HOME, no scheduler).
+
+- enable/disable change the schedule and the DAG's pause state together;
+- a command that cannot reach Airflow refuses before changing anything, says what to
+  set, and leaves no stray ``~/airflow/airflow.db``;
+- the backfill of a disabled (paused) schedule is refused with a clear message;
+- the window DAG's timetable carries the configuration and propagation the listener
+  needs.
+"""
 
 from __future__ import annotations
 
-import datetime as dt
 import os
 import subprocess
 import sys
@@ -13,7 +19,7 @@ import pytest
 
 from changeflow.airflow.render import write
 from changeflow.config import PipelineConfig
-from changeflow.schedules.window import ensure_schedule
+from changeflow.schedules.window import schedule_store
 
 pytestmark = [pytest.mark.airflow, pytest.mark.slow]
 ROOT = Path(__file__).resolve().parents[3]
@@ -21,57 +27,77 @@ DAG = "changeflow_t__propagation__p12"
 
 
 def _env(tmp: Path, cfg: PipelineConfig) -> dict[str, str]:
-    env = dict(os.environ, AIRFLOW_HOME=str(tmp / "af"),
-               AIRFLOW__CORE__DAGS_FOLDER=str(tmp / "dags"),
-               AIRFLOW__DATABASE__SQL_ALCHEMY_CONN=f"sqlite:///{tmp}/af/airflow.db",
-               AIRFLOW__LOGGING__BASE_LOG_FOLDER=str(tmp / "af/logs"),
-               CHANGEFLOW_CONFIG=str(cfg.source_path), CHANGEFLOW_PIPELINE="t")
-    return env
+    return dict(os.environ, AIRFLOW_HOME=str(tmp / "af"),
+                AIRFLOW__CORE__DAGS_FOLDER=str(tmp / "dags"),
+                AIRFLOW__DATABASE__SQL_ALCHEMY_CONN=f"sqlite:///{tmp}/af/airflow.db",
+                AIRFLOW__LOGGING__BASE_LOG_FOLDER=str(tmp / "af/logs"),
+                CHANGEFLOW_CONFIG=str(cfg.source_path), CHANGEFLOW_PIPELINE="t")
 
 
-def _run(env: dict[str, str], *args: str) -> str:
+def _run(env: dict[str, str], *args: str, ok: bool = True) -> subprocess.CompletedProcess[str]:
     done = subprocess.run([str(ROOT / "scripts/env.sh"), *args], env=env, cwd=ROOT,
                           capture_output=True, text=True, timeout=300)
-    assert done.returncode == 0, done.stderr[-3000:]
-    return done.stdout
+    if ok:
+        assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-3000:]
+    return done
 
 
-def _paused(env: dict[str, str]) -> str:
+def _paused(env: dict[str, str]) -> bool:
     code = ("from changeflow.schedules.airflow_ops import is_paused; "
             f"print(is_paused({DAG!r}))")
-    return _run(env, sys.executable, "-c", code).strip().splitlines()[-1]
+    return _run(env, sys.executable, "-c", code).stdout.strip().splitlines()[-1] == "True"
 
 
-def test_enable_disable_autodisable_and_backfill(pipeline: PipelineConfig, tmp_path: Path) -> None:
+def test_enable_disable_change_both_or_neither(pipeline: PipelineConfig, tmp_path: Path) -> None:
     (tmp_path / "dags").mkdir()
-    cfg = pipeline.model_copy()
-    write(cfg, project_root=str(tmp_path), pipeline="t", out_dir=str(tmp_path / "dags"))
-    env = _env(tmp_path, cfg)
+    write(pipeline, project_root=str(tmp_path), pipeline="t", out_dir=str(tmp_path / "dags"))
+    env = _env(tmp_path, pipeline)
+    cli = ["changeflow", "schedules", "--config", str(pipeline.source_path)]
+    # before Airflow's database exists: refused, nothing changed
+    before = _run(env, *cli, "disable", "p12", ok=False)
+    assert before.returncode == 1 and "does not exist" in before.stderr
+    assert "nothing was changed" in before.stderr
+    store = schedule_store(pipeline, "p12")
+    assert store.get("p12") is None or not store.require("p12").disabled
+
     _run(env, "airflow", "db", "migrate")
     _run(env, "airflow", "dags", "reserialize")
-    details = _run(env, "airflow", "dags", "details", DAG, "-o", "plain")
+    details = _run(env, "airflow", "dags", "details", DAG, "-o", "json").stdout
     assert "infinite window (runs of 1 h), latency 1 s" in details
-    assert _paused(env) == "True"  # paused at creation
+    assert _paused(env)  # paused at creation
 
-    cli = ["changeflow", "schedules", "--config", str(cfg.source_path)]
-    out = _run(env, *cli, "enable", "p12", "--pipeline", "t")
-    assert '"disabled": false' in out and _paused(env) == "False"
-    out = _run(env, *cli, "disable", "p12", "--pipeline", "t")
-    assert '"disabled": true' in out and _paused(env) == "True"
-    _run(env, *cli, "enable", "p12", "--pipeline", "t")
+    out = _run(env, *cli, "enable", "p12", "--pipeline", "t").stdout
+    assert "unpaused" in out and not _paused(env)
+    assert not store.require("p12").disabled
+    out = _run(env, *cli, "disable", "p12", "--pipeline", "t", "--wait", "5").stdout
+    assert f"DAG {DAG} paused" in out and _paused(env)
+    assert store.require("p12").disabled and store.require("p12").disabled_reason == "user"
 
-    # the auto-disable: the store says disabled after 16 failures -> the sync task pauses
-    store = ensure_schedule(cfg, "p12", dt.datetime.now(dt.UTC))
-    store.set_disabled("p12", True, "failures")
-    code = ("from changeflow.schedules.airflow_ops import sync_pause; "
-            f"print(sync_pause({str(cfg.source_path)!r}, 'p12', {DAG!r}))")
-    assert "DAG changeflow_t__propagation__p12 paused" in _run(env, sys.executable, "-c", code)
-    assert _paused(env) == "True"
+    # a pipeline name Airflow does not know: refused before the schedule changes
+    bad = _run(env, *cli, "enable", "p12", "--pipeline", "nope", ok=False)
+    assert bad.returncode == 1 and "does not know the DAG" in bad.stderr
+    assert store.require("p12").disabled and _paused(env)
 
-    # a backfill of three hours makes one run per (segment of the) window
-    out = _run(env, "airflow", "backfill", "create", "--dag-id", DAG, "--from-date",
-               "2024-03-01T00:00:00+00:00", "--to-date", "2024-03-01T02:30:00+00:00",
-               "--dry-run")
-    assert out.count("2024-03-01") >= 3, out
-    listed = _run(env, *cli, "--json")
-    assert '"propagation": "p12"' in listed and '"disabled_reason": "failures"' in listed
+    # the backfill of a disabled schedule would wait unseen behind the pause: refused
+    refused = _run(env, *cli, "backfill", "p12", "--pipeline", "t", "--from",
+                   "2024-03-01T00:00Z", "--to", "2024-03-01T02:00Z", ok=False)
+    assert refused.returncode == 1 and "Enable the schedule, then backfill" in refused.stderr
+    code = ("from airflow.models.backfill import Backfill; from airflow.utils.session import "
+            "create_session; from sqlalchemy import select, func\n"
+            "with create_session() as s: print(s.scalar(select(func.count()).select_from(Backfill)))")
+    assert _run(env, sys.executable, "-c", code).stdout.strip().splitlines()[-1] == "0"
+
+
+def test_cli_outside_a_project_refuses_and_creates_no_airflow_home(
+        pipeline: PipelineConfig, tmp_path: Path) -> None:
+    home = tmp_path / "home"
+    home.mkdir()
+    env = {"PATH": f"{Path(sys.executable).parent}:/usr/bin:/bin", "HOME": str(home),
+           "CHANGEFLOW_CONFIG": str(pipeline.source_path)}
+    done = subprocess.run(["changeflow", "schedules", "disable", "p12"], env=env,
+                          cwd=tmp_path, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 1, done.stdout + done.stderr
+    assert "set AIRFLOW_HOME" in done.stderr and "Traceback" not in done.stderr
+    assert not (home / "airflow").exists()
+    row = schedule_store(pipeline, "p12").get("p12")
+    assert row is None or not row.disabled

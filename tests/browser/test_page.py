@@ -1,0 +1,156 @@
+"""The changeflow page in a real browser: Debian's Chromium driven by Playwright.
+
+A real Airflow (API server, scheduler, DAG processor) on a temporary home; the browser
+logs in through Airflow's login page, opens changeflow from the main navigation, checks
+what the page shows, clicks Disable and Enable and checks each took effect in Airflow
+(the DAG's pause state) and in the schedule store. Screenshots go to
+``work/browser/``. The test fails when the page shows an error banner.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from changeflow.airflow.render import write
+from changeflow.airflow.testing import PASSWORD, ROOT, AirflowServer
+from changeflow.config import load_config
+from changeflow.schedules.window import schedule_store
+
+pytestmark = [pytest.mark.airflow, pytest.mark.slow]
+CHROMIUM = "/usr/bin/chromium"
+FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
+         "--disable-component-update", "--disable-sync", "--no-first-run"]
+SHOTS = ROOT / "work" / "browser"
+DAG = "changeflow_b__propagation__p1"
+PIPELINE = """
+version: 1
+sites:
+  site1: {staging_root: s1/staging, target_root: s1/t, state_url: "sqlite:///s1/state.db", database: DBS1.EXAMPLE.COM}
+  site2: {staging_root: s2/staging, target_root: s2/t, state_url: "sqlite:///s2/state.db", database: DBS2.EXAMPLE.COM}
+queues:
+  - {name: strmadmin.q, site: site1}
+  - {name: strmadmin.q, site: site2}
+propagations:
+  - name: p1
+    source_queue: strmadmin.q@site1
+    destination_queue: strmadmin.q@site2
+    schedule: {start: "2024-01-01T00:00:00Z", duration: 300, next_time: 3600, latency: 20}
+applies:
+  - {name: ap, queue: strmadmin.q@site2}
+"""
+
+
+@pytest.fixture(scope="module")
+def airflow(tmp_path_factory: pytest.TempPathFactory) -> Iterator[AirflowServer]:
+    root = tmp_path_factory.mktemp("browser")
+    (root / "dags").mkdir()
+    (root / "p.yaml").write_text(PIPELINE)
+    write(load_config(root / "p.yaml"), project_root=str(root), pipeline="b",
+          out_dir=str(root / "dags"))
+    server = AirflowServer(root / "airflow", root / "dags",
+                           env={"CHANGEFLOW_PIPELINES": f"b={root / 'p.yaml'}"})
+    server.start()
+    try:
+        server.wait_for_dag(DAG)
+        server.run("changeflow", "schedules", "--config", str(root / "p.yaml"), "sync")
+        server.config = root / "p.yaml"  # type: ignore[attr-defined]
+        yield server
+    finally:
+        server.stop()
+
+
+@pytest.fixture(scope="module")
+def browser() -> Iterator[Any]:
+    sync_api = pytest.importorskip("playwright.sync_api")
+    if not Path(CHROMIUM).exists():
+        pytest.fail(f"{CHROMIUM} missing: run make setup (scripts/system-deps.sh)")
+    with sync_api.sync_playwright() as pw:
+        b = pw.chromium.launch(executable_path=CHROMIUM, args=FLAGS, headless=True)
+        yield b
+        b.close()
+
+
+def shot(page: Any, name: str) -> None:
+    SHOTS.mkdir(parents=True, exist_ok=True)
+    page.screenshot(path=str(SHOTS / f"{name}.png"), full_page=True)
+
+
+def no_error(frame: Any) -> None:
+    banner = frame.locator("[data-testid=error]")
+    assert banner.is_hidden(), f"the page shows an error: {banner.inner_text()}"
+
+
+def wait_for(cond: Any, what: str, timeout: float = 30) -> None:
+    deadline = time.monotonic() + timeout
+    while not cond():
+        assert time.monotonic() < deadline, what
+        time.sleep(0.5)
+
+
+def test_page_shows_schedules_and_its_actions_take_effect(airflow: AirflowServer,
+                                                          browser: Any) -> None:
+    page = browser.new_page(viewport={"width": 1280, "height": 900})
+    page.goto(f"{airflow.url}/")
+    page.locator("input[name=username], input#username").first.fill("admin")
+    page.locator("input[type=password]").first.fill(PASSWORD)
+    page.locator("button[type=submit]").first.click()
+    nav = page.get_by_role("link", name="changeflow").first
+    nav.wait_for(timeout=60_000)
+    shot(page, "01-airflow-home")
+    nav.click()
+    page.wait_for_url("**/plugin/changeflow", timeout=30_000)
+    frame = page.frame_locator("iframe").first
+    card = frame.locator("[data-testid=schedule-p1]")
+    card.wait_for(timeout=60_000)
+    shot(page, "02-changeflow-page")
+    no_error(frame)
+    assert frame.locator("[data-testid=pipeline]").input_value() == "b"
+    assert card.locator("[data-testid=state]").inner_text() == "enabled"
+    assert card.locator("[data-testid=summary]").inner_text() == \
+        "window 5 min every 1 h, latency 20 s"
+    assert card.locator("[data-testid=total_number]").inner_text() == "0"
+    assert card.locator("[data-testid=avg_time]").inner_text() == "0 s"
+    assert card.locator("[data-testid=next_run]").inner_text().startswith("in ")
+    assert "paused" in card.locator("[data-testid=dag]").inner_text()
+
+    store = schedule_store(load_config(airflow.config), "p1")  # type: ignore[attr-defined]
+    card.locator("[data-action=enable], [data-action=disable]").first.wait_for()
+    # enable first: the DAG was paused at creation, the schedule enabled
+    airflow.api("PATCH", f"/api/v2/dags/{DAG}", {"is_paused": False})
+    frame.locator("#refresh").click()
+    card.locator("[data-action=disable]").click()
+    wait_for(lambda: store.require("p1").disabled, "disable had no effect on the schedule")
+    wait_for(lambda: airflow.api("GET", f"/api/v2/dags/{DAG}")["is_paused"],
+             "disable did not pause the DAG")
+    frame.locator("[data-testid=flash]").wait_for(state="visible")
+    assert "paused" in frame.locator("[data-testid=flash]").inner_text()
+    card.locator("[data-testid=state]").filter(has_text="disabled").wait_for()
+    no_error(frame)
+    shot(page, "03-disabled")
+
+    card.locator("[data-action=enable]").click()
+    wait_for(lambda: not store.require("p1").disabled, "enable had no effect on the schedule")
+    wait_for(lambda: not airflow.api("GET", f"/api/v2/dags/{DAG}")["is_paused"],
+             "enable did not unpause the DAG")
+    card.locator("[data-testid=state]").filter(has_text="enabled").wait_for()
+    no_error(frame)
+
+    card.locator("[data-action=alter]").click()
+    form = card.locator("[data-testid=alter-form]")
+    form.locator("input[name=latency]").fill("7")
+    form.locator("[data-action=save-alter]").click()
+    wait_for(lambda: store.require("p1").schedule.latency == 7, "alter had no effect")
+    card.locator("[data-testid=summary]").filter(has_text="latency 7 s").wait_for()
+    no_error(frame)
+    shot(page, "04-enabled-altered")
+    page.close()
+
+
+def test_page_refuses_an_anonymous_action(airflow: AirflowServer) -> None:
+    airflow.api("POST", "/changeflow/api/schedules/p1/disable", {}, token="", expect=401)
+    airflow.api("GET", "/changeflow/api/views/schedules", token="", expect=401)
