@@ -186,11 +186,9 @@ def run_window(
     report = WindowReport(name, start, end, late=clock.now() >= end)
     store.set_process(name, this_process())
     try:
-        if _start_up(cfg, name, store, report, clock):
-            _loop(spark, cfg, name, store, report, clock, propagate, rule_filter,
-                  alive or (lambda: True))
-        else:
-            report.stopped = DEFERRED
+        _start_up(cfg, name, store, report, clock)
+        _loop(spark, cfg, name, store, report, clock, propagate, rule_filter,
+              alive or (lambda: True))
     finally:
         row = store.get(name)
         nxt = model.next_window(row.schedule, end).start if row else None
@@ -201,18 +199,22 @@ def run_window(
 
 
 def _start_up(cfg: PipelineConfig, name: str, store: ScheduleStore, report: WindowReport,
-              clock: Clock) -> bool:
-    """Open every site of the pipeline; an unreachable one is a counted failure.
+              clock: Clock) -> None:
+    """Check the destination and open every site; an outage is a counted failure.
 
-    Returns False when the failure was counted (the loop then waits for the retry).
+    The loop then waits for the retry (30 s after the first failure) as after any
+    failed pass.
 
     Raises:
         ConfigError: the configuration is refused (terminal, nothing is counted).
     """
     row = store.get(name)
     if row is None or row.disabled:
-        return True  # the loop reports it
+        return  # the loop reports it
+    if row.state.next_retry is not None and clock.now() < row.state.next_retry:
+        return  # a retry is pending: the loop waits for it
     try:
+        check_destination(cfg, name)
         open_pipeline(cfg)
     except ConfigError:
         raise
@@ -220,8 +222,6 @@ def _start_up(cfg: PipelineConfig, name: str, store: ScheduleStore, report: Wind
         if disposition(exc) not in ("retry", "fail"):
             raise
         _count_failure(cfg, name, store, report, clock, _message(exc))
-        return False
-    return True
 
 
 def _message(exc: BaseException) -> str:
