@@ -208,3 +208,57 @@ class AirflowServer:
             except subprocess.TimeoutExpired:
                 os.killpg(p.pid, signal.SIGKILL)
                 p.wait(timeout=10)
+
+
+class MailReceiver:
+    """A real SMTP server on a free local port (EHLO, MAIL, RCPT, DATA, QUIT only).
+
+    Received messages are in :attr:`messages` (``email.message.Message``).
+    """
+
+    def __init__(self) -> None:
+        import email
+        import socketserver
+        import threading
+
+        messages: list[Any] = []
+        self.messages = messages
+
+        class Handler(socketserver.StreamRequestHandler):
+            def handle(self) -> None:
+                self._send("220 test ESMTP")
+                while line := self.rfile.readline():
+                    verb = line.decode(errors="replace").strip().split(" ", 1)[0].upper()
+                    if verb in ("EHLO", "HELO"):
+                        self._send("250 test")
+                    elif verb == "DATA":
+                        self._send("354 end with .")
+                        data = []
+                        while (chunk := self.rfile.readline()) not in (b".\r\n", b""):
+                            data.append(chunk[1:] if chunk.startswith(b"..") else chunk)
+                        messages.append(email.message_from_bytes(b"".join(data)))
+                        self._send("250 queued")
+                    elif verb == "QUIT":
+                        self._send("221 bye")
+                        return
+                    else:
+                        self._send("250 ok")
+
+            def _send(self, text: str) -> None:
+                self.wfile.write(text.encode() + b"\r\n")
+
+        socketserver.ThreadingTCPServer.allow_reuse_address = True
+        self.server = socketserver.ThreadingTCPServer(("127.0.0.1", 0), Handler)
+        self.port = int(self.server.server_address[1])
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+
+    def connection(self) -> str:
+        """An Airflow SMTP connection (JSON) pointing at this server."""
+        return json.dumps({"conn_type": "smtp", "host": "127.0.0.1", "port": self.port,
+                           "extra": {"disable_ssl": True, "disable_tls": True,
+                                     "from_email": "airflow@localhost", "timeout": 10,
+                                     "retry_limit": 0}})
+
+    def close(self) -> None:
+        self.server.shutdown()
+        self.server.server_close()

@@ -14,15 +14,21 @@ destination queue report:
 from __future__ import annotations
 
 import datetime as dt
+import http.server
 import json
+import os
+import signal
+import subprocess
+import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from changeflow.airflow.render import write
-from changeflow.airflow.testing import AirflowServer
+from changeflow.airflow.testing import AirflowServer, MailReceiver
 from changeflow.config import load_config
 from changeflow.schedules import probe
 
@@ -55,24 +61,69 @@ applies:
 """
 LIVE = "changeflow_t__propagation__live"
 DAILY = "changeflow_t__propagation__daily"
+BAD = "changeflow_x__propagation__bad"
+# A pipeline whose source state store cannot be opened (its directory is a file): the window
+# job exits 75 at start-up, Airflow retries it after exactly 30 s and notifies.
+BROKEN = """
+version: 1
+sites:
+  site1: {staging_root: b1/staging, target_root: b1/t, state_url: "sqlite:///afile/state.db", database: DBS1.EXAMPLE.COM}
+  site2: {staging_root: b2/staging, target_root: b2/t, state_url: "sqlite:///b2/state.db", database: DBS2.EXAMPLE.COM}
+queues:
+  - {name: strmadmin.q, site: site1}
+  - {name: strmadmin.q, site: site2}
+propagations:
+  - {name: bad, source_queue: strmadmin.q@site1, destination_queue: strmadmin.q@site2}
+alerts:
+  webhook_url: http://127.0.0.1:WEBHOOK/hook
+  airflow: {smtp_conn_id: smtp_test, to: [ops@example.com]}
+"""
 
 
 @pytest.fixture(scope="module")
-def project(tmp_path_factory: pytest.TempPathFactory) -> Path:
+def receivers() -> Iterator[tuple[MailReceiver, Any]]:
+    mail = MailReceiver()
+    hook = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _Hook)
+    hook.messages = []  # type: ignore[attr-defined]
+    threading.Thread(target=hook.serve_forever, daemon=True).start()
+    yield mail, hook
+    mail.close()
+    hook.shutdown()
+
+
+class _Hook(http.server.BaseHTTPRequestHandler):
+    def do_POST(self) -> None:  # noqa: N802 (http.server's naming)
+        body = self.rfile.read(int(self.headers["Content-Length"]))
+        self.server.messages.append(json.loads(body))  # type: ignore[attr-defined]
+        self.send_response(204)
+        self.end_headers()
+
+    def log_message(self, *args: Any) -> None:
+        pass
+
+
+@pytest.fixture(scope="module")
+def project(tmp_path_factory: pytest.TempPathFactory, receivers: Any) -> Path:
     root = tmp_path_factory.mktemp("project")
     (root / "dags").mkdir()
     (root / "p.yaml").write_text(PIPELINE)
     write(load_config(root / "p.yaml"), project_root=str(root), pipeline="t",
+          out_dir=str(root / "dags"))
+    (root / "afile").write_text("a file where a directory should be")
+    port = receivers[1].server_address[1]
+    (root / "broken.yaml").write_text(BROKEN.replace("WEBHOOK", str(port)))
+    write(load_config(root / "broken.yaml"), project_root=str(root), pipeline="x",
           out_dir=str(root / "dags"))
     (root / "jobs").symlink_to(Path(__file__).resolve().parents[3] / "jobs")
     return root
 
 
 @pytest.fixture(scope="module")
-def airflow(project: Path) -> Iterator[AirflowServer]:
+def airflow(project: Path, receivers: Any) -> Iterator[AirflowServer]:
     server = AirflowServer(project / "airflow", project / "dags",
                            env={"CHANGEFLOW_CONFIG": str(project / "p.yaml"),
-                                "CHANGEFLOW_PIPELINE": "t"})
+                                "CHANGEFLOW_PIPELINE": "t",
+                                "AIRFLOW_CONN_SMTP_TEST": receivers[0].connection()})
     server.start()
     try:
         server.wait_for_dag(LIVE)
@@ -164,3 +215,60 @@ def test_disable_ends_the_window_and_pauses_without_stranding(
     assert not [r for r in runs if r["state"] in ("running", "queued")], runs
     assert [r for r in runs if r["state"] == "failed"] == [], runs
     assert airflow.api("GET", f"/api/v2/dags/{LIVE}")["is_paused"] is True
+
+
+def test_transient_start_failure_retried_after_30_s_and_notified(
+        airflow: AirflowServer, receivers: Any) -> None:
+    mail, hook = receivers
+    airflow.wait_for_dag(BAD)
+    airflow.api("PATCH", f"/api/v2/dags/{BAD}", {"is_paused": False})
+    made = airflow.api("POST", f"/api/v2/dags/{BAD}/dagRuns", {"logical_date": None})
+    ti_path = f"/api/v2/dags/{BAD}/dagRuns/{made['dag_run_id']}/taskInstances/window"
+    deadline = time.monotonic() + 180
+    while airflow.api("GET", ti_path)["state"] != "up_for_retry":
+        assert time.monotonic() < deadline, airflow.api("GET", ti_path)
+        time.sleep(1)
+    while not mail.messages or not hook.messages:
+        assert time.monotonic() < deadline, (mail.messages, hook.messages)
+        time.sleep(0.5)
+    # Airflow's SmtpNotifier, from the Airflow connection smtp_test
+    assert f"{BAD}.window" in mail.messages[0]["Subject"]
+    assert mail.messages[0]["To"] == "ops@example.com"
+    # the project's own channel, for a failure the job could not count itself
+    assert hook.messages[0]["event"] == "task_retry" and hook.messages[0]["propagation"] == "bad"
+    log = airflow.api("GET", f"{ti_path}/logs/1?full_content=true")
+    text = json.dumps(log)
+    assert "transient failure (exit 75)" in text and "retry in 0:00:30" in text, text[-3000:]
+    airflow.api("PATCH", f"/api/v2/dags/{BAD}", {"is_paused": True})
+
+
+def _window_jobs(name: str) -> list[tuple[int, int, str]]:
+    out = subprocess.run(["ps", "-eo", "pid=,ppid=,args="], capture_output=True, text=True).stdout
+    rows = []
+    for line in out.splitlines():
+        pid, ppid, args = line.split(None, 2)
+        if "propagation_window.py" in args and f"--name {name}" in args and "java" not in args:
+            rows.append((int(pid), int(ppid), args))
+    return rows
+
+
+def test_window_job_stops_when_its_task_is_killed(airflow: AirflowServer,
+                                                  project: Path) -> None:
+    cli(airflow, project, "enable", "live")
+    deadline = time.monotonic() + 180
+    while not (jobs := _window_jobs("live")):
+        assert time.monotonic() < deadline, "no window job started"
+        time.sleep(1)
+    pid, _, args = jobs[0]
+    owner = int(args.split("--watch ", 1)[1].split()[0].rsplit(":", 1)[1])
+    os.kill(owner, signal.SIGKILL)  # the Airflow task process that started the job
+    killed = time.monotonic()
+    while any(p == pid for p, _, _ in _window_jobs("live")):
+        assert time.monotonic() - killed < 30, "the window job outlived its task"
+        time.sleep(0.5)
+    assert not [j for j in _window_jobs("live") if j[1] == 1], "orphaned window job"
+    cfg = load_config(project / "p.yaml")
+    from changeflow.schedules.window import schedule_store
+
+    entry = schedule_store(cfg, "live").require("live").process
+    assert entry is None or not entry.endswith(f":{pid}"), entry  # cleared by the job itself
