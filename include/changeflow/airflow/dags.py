@@ -41,8 +41,10 @@ def default_args(kind: str) -> dict[str, Any]:
 def _callbacks(spec: dict[str, Any], root: Path, component: str) -> dict[str, Any]:
     from changeflow.airflow.notifiers import notifiers
 
-    found = notifiers(spec.get("alerts"), str(root / spec["config"]), component)
-    return {"on_failure_callback": found, "on_retry_callback": found} if found else {}
+    config = str(root / spec["config"])
+    failed = notifiers(spec.get("alerts"), config, component, "task_failed")
+    retry = notifiers(spec.get("alerts"), config, component, "task_retry")
+    return {"on_failure_callback": failed, "on_retry_callback": retry} if failed else {}
 
 
 def _task(kind: str, name: str, spec: dict[str, Any], root: Path, task_id: str) -> Any:

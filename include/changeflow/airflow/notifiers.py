@@ -40,10 +40,11 @@ class ChangeflowNotifier(BaseNotifier):
 
     template_fields = ("config", "component")
 
-    def __init__(self, config: str, component: str):
+    def __init__(self, config: str, component: str, event: str = "task_failed"):
         super().__init__()
         self.config = config
         self.component = component
+        self.event = event
 
     def notify(self, context: Any) -> None:
         from changeflow.config import load_config
@@ -53,21 +54,23 @@ class ChangeflowNotifier(BaseNotifier):
         if exc is not None and "accounted for by the job" in str(exc):
             return  # the window job alerted with the schedule's own figures
         ti = context.get("ti")
-        state = getattr(ti, "state", None) or "failed"
-        event = "task_retry" if "retry" in str(state) else "task_failed"
+        state = "up for retry" if self.event == "task_retry" else "failed"
         what = f"{getattr(ti, 'dag_id', '?')}.{getattr(ti, 'task_id', '?')}"
-        alert = alerts.Alert(event, self.component, int(getattr(ti, "try_number", 0) or 0),
+        alert = alerts.Alert(self.event, self.component,
+                             int(getattr(ti, "try_number", 0) or 0),
                              f"{what} {state}: {exc}"[:4000], dt.datetime.now(dt.UTC))
         alerts.notify(load_config(self.config).alerts, alert)
 
 
-def notifiers(alerts_spec: dict[str, Any] | None, config: str, component: str) -> list[Any]:
+def notifiers(alerts_spec: dict[str, Any] | None, config: str, component: str,
+              event: str = "task_failed") -> list[Any]:
     """The notifiers of a task, from the rendered ``alerts`` literal of the pipeline.
 
     Args:
         alerts_spec: ``{"airflow": {...}, "project": bool}`` (see ``render.alerts_literal``).
         config: the pipeline configuration file.
         component: the component the task runs.
+        event: ``task_failed`` (on_failure_callback) or ``task_retry`` (on_retry_callback).
     """
     spec = alerts_spec or {}
     out: list[Any] = []
@@ -86,5 +89,5 @@ def notifiers(alerts_spec: dict[str, Any] | None, config: str, component: str) -
             text=":red_circle: changeflow {{ ti.dag_id }}.{{ ti.task_id }} {{ ti.state }} "
                  "(try {{ ti.try_number }}): {{ exception }}"))
     if spec.get("project"):
-        out.append(ChangeflowNotifier(config, component))
+        out.append(ChangeflowNotifier(config, component, event))
     return out
