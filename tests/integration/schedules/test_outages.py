@@ -172,3 +172,19 @@ def test_dropped_destination_queue_marks_messages_undeliverable(
     assert rec["state"] == "UNDELIVERABLE" and DST.split("@")[0] in rec["error_message"]
     assert [m["event"] for m in webhook_server.messages] == ["messages_undeliverable"]
     assert store.require("p").state.failures == 0
+
+
+def test_moved_staging_root_is_refused_at_start_up(spark: Any, cfg: PipelineConfig,
+                                                    webhook_server: Any) -> None:
+    from changeflow.errors import ConfigError
+    from changeflow.sites import open_pipeline
+
+    open_pipeline(cfg)
+    sites = dict(cfg.sites)
+    sites["site1"] = sites["site1"].model_copy(
+        update={"staging_root": sites["site1"].staging_root + "-moved"})
+    moved = cfg.model_copy(update={"sites": sites})
+    with pytest.raises(ConfigError, match="staging_root"):
+        run_window(spark, moved, "p", start=T0, end=T0 + dt.timedelta(seconds=60))
+    assert ensure_schedule(cfg, "p", T0).require("p").state.failures == 0
+    assert webhook_server.messages == []
