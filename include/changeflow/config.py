@@ -20,6 +20,7 @@ from typing import Annotated, Any, Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
+from changeflow.debezium.config import DebeziumSource
 from changeflow.errors import ConfigError
 
 _ENV = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)(?::-([^}]*))?\}")
@@ -152,7 +153,8 @@ class CaptureSpec(_Model):
 
     name: str
     queue: str
-    source: Annotated[SnapshotSource | PostgresSource, Field(discriminator="type")]
+    source: Annotated[SnapshotSource | PostgresSource | DebeziumSource,
+                     Field(discriminator="type")]
     rule_sets: RuleSetRef = RuleSetRef()
 
 

@@ -47,6 +47,10 @@ def run_component(spark: SparkSession, cfg: PipelineConfig, kind: str, name: str
     rule_filter = rule_filter_for(cfg, kind, name)
     spec = cfg.component(kind, name)
     if kind == "capture":
+        if spec.source.type == "debezium":
+            from changeflow.debezium.capture import run_debezium_capture
+
+            return run_debezium_capture(spark, cfg, name, rule_filter, lease_wait=lease_wait)
         if spec.source.type == "postgres":
             from changeflow.capture.postgres import run_pg_capture
 

@@ -1,0 +1,272 @@
+"""Capture from Debezium change-event files: the fourth capture source (SPEC §4).
+
+One run, holding the capture's lease:
+
+1. list the files matching the source's pattern; a file captured before is skipped
+   (and refused if it changed since), a local file still being written (no final
+   newline, modified in the last minute) waits for the next run;
+2. survey the new files and check every record (:mod:`.reader`), so a bad file fails
+   the run before anything is written;
+3. turn the events into LCRs, keep commit positions rising (a transaction whose
+   position is not above the last captured one, e.g. part of a transaction that
+   arrived late in another topic's file, is renumbered after it, never dropped by an
+   apply's high-water mark), filter them by the capture's rule sets, write one batch;
+4. commit the batch, the files and the new position in one state-store transaction,
+   under the dedup key ``dbzcapture:<name>:<digest of the files>``.
+
+Entry point: :func:`run_debezium_capture`.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import hashlib
+import logging
+import os
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from sqlalchemy import select
+
+from changeflow import faults, fs, quality
+from changeflow.config import CaptureSpec, PipelineConfig
+from changeflow.debezium import reader
+from changeflow.debezium.config import DebeziumSource
+from changeflow.errors import ConfigError
+from changeflow.queues import io as qio
+from changeflow.sites import SiteRuntime, open_pipeline, queue_site
+from changeflow.state import schema, utcnow
+from changeflow.state.leases import Lease
+
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame, SparkSession
+
+log = logging.getLogger(__name__)
+CP = schema.capture_progress
+POSITION = "debezium:position"
+SETTLE_SECONDS = 60.0
+
+
+@dataclass
+class DebeziumCaptureResult:
+    """What one capture run did."""
+
+    capture: str
+    files: int = 0
+    waiting_files: int = 0
+    events: int = 0
+    messages: int = 0
+    batches: int = 0
+    renumbered: bool = False
+    last_position: int | None = None
+    seconds: float = 0.0
+    tables: list[str] = field(default_factory=list)
+
+
+def debezium_source(spec: CaptureSpec) -> DebeziumSource:
+    """The capture's Debezium source.
+
+    Raises:
+        ConfigError: the capture has another kind of source.
+    """
+    if not isinstance(spec.source, DebeziumSource):
+        raise ConfigError(f"capture {spec.name!r} does not read Debezium files "
+                          f"(its source is {spec.source.type})")
+    return spec.source
+
+
+def list_files(spark: SparkSession, source: DebeziumSource) -> list[tuple[str, int, float]]:
+    """``(uri, size, mtime seconds)`` of every matching file under the root, in capture
+    order: by directory (a topic), then name (Kafka Connect names files by offset)."""
+    jvm: Any = spark.sparkContext._jvm
+    conf = spark.sparkContext._jsc.hadoopConfiguration()  # type: ignore[attr-defined]
+    root = jvm.org.apache.hadoop.fs.Path(source.root)
+    hfs = root.getFileSystem(conf)
+    if not hfs.exists(root):
+        raise ConfigError(f"Debezium source root {source.root} does not exist")
+    out = []
+    it = hfs.listFiles(root, True)
+    while it.hasNext():
+        st = it.next()
+        name = str(st.getPath().getName())
+        if fnmatch.fnmatch(name, source.pattern) and not name.startswith((".", "_")):
+            out.append((str(st.getPath().toString()), int(st.getLen()),
+                        int(st.getModificationTime()) / 1000.0))
+    return sorted(out, key=lambda f: (f[0].rsplit("/", 1)[0], f[0]))
+
+
+def _writing(uri: str, mtime: float) -> bool:
+    """A local file still being written: no final newline, touched within a minute."""
+    path = uri.removeprefix("file:")
+    if "://" in uri.removeprefix("file://") or not os.path.isfile(path):
+        return False
+    if time.time() - mtime > SETTLE_SECONDS:
+        return False
+    with open(path, "rb") as fh:
+        fh.seek(max(0, os.path.getsize(path) - 1))
+        return fh.read(1) not in (b"\n", b"")
+
+
+def _recorded(rt: SiteRuntime, name: str) -> tuple[int | None, dict[str, int]]:
+    with rt.store.read() as c:
+        rows = c.execute(select(CP.c.source_object, CP.c.position, CP.c.commit_scn)
+                         .where(CP.c.capture == name)).all()
+    high = next((int(r.commit_scn) for r in rows if r.source_object == POSITION
+                 and r.commit_scn is not None), None)
+    files = {r.source_object[5:]: int(r.position) for r in rows
+             if r.source_object.startswith("file:")}
+    return high, files
+
+
+def _record(conn: Any, name: str, files: list[tuple[str, int, float]], high: int | None) -> None:
+    now = utcnow()
+    for uri, size, _ in files:
+        conn.execute(CP.insert().values(capture=name, source_object=f"file:{uri}",
+                                        position=str(size), commit_scn=high, updated_at=now))
+    if high is None:
+        return
+    key = (CP.c.capture == name) & (CP.c.source_object == POSITION)
+    if conn.execute(select(CP.c.commit_scn).where(key)).first() is None:
+        conn.execute(CP.insert().values(capture=name, source_object=POSITION, position=str(high),
+                                        commit_scn=high, updated_at=now))
+    else:
+        conn.execute(CP.update().where(key).values(position=str(high), commit_scn=high,
+                                                   updated_at=now))
+
+
+def pending_files(spark: SparkSession, rt: SiteRuntime, spec: CaptureSpec
+                  ) -> tuple[list[tuple[str, int, float]], int]:
+    """The files a run captures, and how many wait because they are still being written.
+
+    Raises:
+        DebeziumFileError: a file captured before has changed since.
+    """
+    source = debezium_source(spec)
+    _, done = _recorded(rt, spec.name)
+    todo, waiting = [], 0
+    for uri, size, mtime in list_files(spark, source):
+        if uri in done:
+            if done[uri] != size:
+                raise reader.DebeziumFileError(
+                    f"{uri}: changed after it was captured ({done[uri]} bytes then, {size} "
+                    "now); change-event files must not change once written (a sink that "
+                    "appends to one file, like FileStreamSink, must rotate files)")
+            continue
+        if _writing(uri, mtime):
+            waiting += 1
+            continue
+        todo.append((uri, size, mtime))
+    return todo, waiting
+
+
+def renumber(spark: SparkSession, df: DataFrame, high: int) -> DataFrame:
+    """Give every transaction a commit position above ``high``, keeping their order.
+
+    Used only when some transaction's position is not above ``high`` (it arrived after
+    later ones were captured): those come first, then the rest, each in position order.
+    """
+    from pyspark.sql import functions as F
+
+    txns = df.select("commit_scn", "transaction_id").distinct().collect()
+    order = sorted(txns, key=lambda r: (r.commit_scn > high, r.commit_scn, r.transaction_id))
+    mapping = spark.createDataFrame(
+        [(r.commit_scn, r.transaction_id, high + i) for i, r in enumerate(order, 1)],
+        "old_scn bigint, old_txn string, new_scn bigint")
+    joined = df.join(F.broadcast(mapping), (df.commit_scn == mapping.old_scn)
+                     & (df.transaction_id == mapping.old_txn))
+    return joined.select(*[F.col("new_scn").alias(c) if c == "commit_scn" else df[c]
+                           for c in df.columns])
+
+
+def _write(spark: SparkSession, rt: SiteRuntime, queue: str, df: DataFrame, name: str,
+           dedup: str) -> Any:
+    try:
+        return qio.write_batch(spark, rt.catalog, queue, df, producer=f"capture:{name}",
+                               dedup_key=dedup)
+    except Exception as exc:  # noqa: BLE001  (a value error raised inside the Spark job)
+        text = str(exc)
+        if reader.ERROR_PREFIX in text:
+            detail = text.split(reader.ERROR_PREFIX, 1)[1].split("\n", 1)[0]
+            raise reader.DebeziumFileError(detail.strip().rstrip(".").removeprefix(
+                "file:").strip()) from None
+        raise
+
+
+RuleFilter = Callable[["DataFrame"], "DataFrame"]
+
+
+def capture_files(spark: SparkSession, cfg: PipelineConfig, spec: CaptureSpec,
+                  files: list[tuple[str, int, float]], result: DebeziumCaptureResult,
+                  rule_filter: RuleFilter | None = None, lease: Lease | None = None) -> int:
+    """Capture a list of files as one batch. Returns the messages enqueued."""
+    source = debezium_source(spec)
+    rt, queue = queue_site(cfg, spec.queue)
+    uris = [f[0] for f in files]
+    dedup = "dbzcapture:{}:{}".format(spec.name, hashlib.sha256(
+        "\n".join(uris).encode()).hexdigest()[:32])
+    groups = reader.survey(reader.read_events(spark, uris, with_schemas=True))
+    reader.check_records(groups)
+    tables = reader.column_types(groups, source)
+    result.tables = sorted(tables)
+    result.events += sum(g.count for g in groups if g.kind == "event")
+    high, _ = _recorded(rt, spec.name)
+    df = reader.to_lcrs(reader.read_events(spark, uris, with_schemas=False), source, tables)
+    lows = [g.min_scn for g in groups if g.kind == "event" and g.min_scn is not None]
+    if high is not None and lows and min(lows) <= high:
+        log.warning("capture %s: transactions at or below the captured position %s arrived "
+                    "late; they are renumbered after it", spec.name, high)
+        df = renumber(spark, df, high)
+        result.renumbered = True
+    if rule_filter is not None:
+        df = rule_filter(df)
+    batch = _write(spark, rt, queue, df, spec.name, dedup)
+    report = quality.check_batch(spark, cfg, stage=f"capture:{spec.name}", batch=batch,
+                                 queue=spec.queue) if batch is not None else None
+    new_high = max(high or 0, batch.max_commit_scn or 0) if batch is not None else high
+    with rt.store.begin() as conn:
+        if lease is not None:
+            lease.check(conn)
+        seq = None
+        if batch is not None:
+            seq = rt.catalog.commit_batch(queue, batch, conn, state=quality.state_of(report))
+        failed = quality.set_aside(rt, queue, report, seq, conn) if report is not None else None
+        if batch is None or seq is not None:
+            _record(conn, spec.name, files, new_high)
+    faults.point("capture.after_commit")
+    if batch is not None and seq is None:
+        fs.delete(spark, batch.path)
+        return 0
+    result.last_position = new_high
+    if failed is not None:
+        raise failed
+    return batch.n_messages if batch is not None else 0
+
+
+def run_debezium_capture(spark: SparkSession, cfg: PipelineConfig, name: str,
+                         rule_filter: RuleFilter | None = None, *,
+                         lease_wait: float = 0.0) -> DebeziumCaptureResult:
+    """Capture every new change-event file of a Debezium source, as one batch.
+
+    Raises:
+        LeaseHeldError: another run of this capture is active (transient).
+        DebeziumFileError: a file is not JSON, an event lacks ``op`` or does not match
+            its table, a captured file changed (terminal; nothing is enqueued).
+    """
+    started = time.monotonic()
+    open_pipeline(cfg)
+    spec: CaptureSpec = cfg.component("capture", name)
+    rt, _ = queue_site(cfg, spec.queue)
+    result = DebeziumCaptureResult(name)
+    with Lease(rt.store, f"capture:{name}", wait=lease_wait) as lease:
+        files, result.waiting_files = pending_files(spark, rt, spec)
+        if files:
+            result.files = len(files)
+            result.messages = capture_files(spark, cfg, spec, files, result, rule_filter, lease)
+            result.batches = 1 if result.messages else 0
+    result.seconds = time.monotonic() - started
+    log.info("capture %s: %s files, %s events, %s messages enqueued in %.1f s (%s waiting)",
+             name, result.files, result.events, result.messages, result.seconds,
+             result.waiting_files)
+    return result

@@ -1,0 +1,392 @@
+"""Reading Debezium change-event files into LCRs, in two Spark passes.
+
+1. :func:`survey`: one aggregate over the files gives, per table, the column types the
+   events' schemas declare, the sets of columns the row images hold, and every kind of
+   bad record (not JSON, no ``op``, an unknown op, no table): :func:`column_types`
+   turns it into the types of each table, or a clear error naming the file.
+2. :func:`to_lcrs`: a pure ``DataFrame -> DataFrame`` transform of the same files into
+   the LCR contract. Values are decoded with Spark expressions (:mod:`.types`); a value
+   that does not decode as its column's type stops the job with an error naming the
+   file, table, column and value.
+
+Row images are read as ``map<string,string>`` (each value as its JSON text), so one
+read schema serves every table and a column that is absent stays absent.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from changeflow import lcr, values
+from changeflow.debezium import envelope as E
+from changeflow.debezium import types as T
+from changeflow.debezium.config import DebeziumSource
+from changeflow.errors import TerminalError
+
+if TYPE_CHECKING:
+    from pyspark.sql import Column, DataFrame, SparkSession
+
+
+class DebeziumFileError(TerminalError):
+    """A change-event file is not JSON, or an event in it breaks the envelope or its table."""
+
+
+_SOURCE = ", ".join(f"`{n}` {'bigint' if t == 'int64' else 'string'}"
+                    for n, t, _ in E.SOURCE_FIELDS)
+_ENV_FIELDS = (
+    f"`before` map<string,string>, `after` map<string,string>, `op` string, "
+    f"`source` struct<{_SOURCE.replace(' bigint', ':bigint').replace(' string', ':string')}>, "
+    "`ts_ms` bigint, "
+    "`transaction` struct<`id`:string,`total_order`:bigint,`data_collection_order`:bigint>, "
+    "`status` string, `id` string, `event_count` bigint")
+ENV_NAMES = ("before", "after", "op", "source", "ts_ms", "transaction", "status", "id",
+             "event_count")
+_FIELD = "struct<`field`:string,`type`:string,`name`:string,`parameters`:map<string,string>>"
+SCHEMA_DDL = f"`fields` array<struct<`field`:string,`fields`:array<{_FIELD}>>>"
+CORRUPT = "_corrupt_record"
+
+
+def read_schema(with_schemas: bool) -> str:
+    """The DDL Spark reads event files with (``with_schemas``: keep the ``schema`` block)."""
+    env = _ENV_FIELDS.replace(" map<", ":map<").replace(" string", ":string") \
+        .replace(" struct<", ":struct<").replace(" bigint", ":bigint")
+    parts = [_ENV_FIELDS, f"`payload` struct<{env}>", f"`{CORRUPT}` string"]
+    if with_schemas:
+        parts.insert(0, f"`schema` struct<{SCHEMA_DDL.replace(' array<', ':array<')}>")
+    return ", ".join(parts)
+
+
+def read_events(spark: SparkSession, files: list[str], *, with_schemas: bool) -> DataFrame:
+    """The events of ``files``: column ``e`` (the envelope, bare or from ``payload``),
+    ``file``, the corrupt text, and (``with_schemas``) the ``schema`` block."""
+    from pyspark.sql import functions as F
+
+    df = (spark.read.schema(read_schema(with_schemas)).option("mode", "PERMISSIVE")
+          .option("columnNameOfCorruptRecord", CORRUPT).json(files))
+    bare = F.struct(*[F.col(f"`{n}`") for n in ENV_NAMES])
+    cols = [F.when(F.col("payload").isNotNull(), F.col("payload")).otherwise(bare).alias("e"),
+            F.input_file_name().alias("file"), F.col(CORRUPT).alias("corrupt")]
+    if with_schemas:
+        cols.append(F.col("schema"))
+    return df.select(*cols)
+
+
+@dataclass
+class SurveyGroup:
+    """One group of the survey: events alike in kind, table, schema and image columns."""
+
+    kind: str
+    connector: str | None
+    owner: str | None
+    table: str | None
+    op: str | None
+    signature: str | None
+    image_keys: list[str]
+    all_keys: list[str]
+    key_columns: str | None
+    count: int
+    file: str
+    sample: str | None
+    min_scn: int | None = None
+
+
+def survey(df: DataFrame) -> list[SurveyGroup]:
+    """Pass 1: group the events by kind, table, schema and the columns their images hold."""
+    from pyspark.sql import functions as F
+
+    e = F.col("e")
+    op = e["op"]
+    kind = (F.when(F.col("corrupt").isNotNull(), "corrupt")
+            .when(e["status"].isNotNull(), "txmeta")
+            .when(op.isNull() & e["source"].isNull() & e["before"].isNull()
+                  & e["after"].isNull(), "tombstone")
+            .when(op.isNull(), "no_op")
+            .when(~op.isin(*[o.value for o in E.Op]), "bad_op")
+            .when(e["source"]["table"].isNull(), "no_table")
+            .otherwise("event"))
+    image = F.when(op == "d", e["before"]).otherwise(e["after"])
+    empty = F.array().cast("array<string>")
+    sig = (F.to_json(F.filter(F.col("schema")["fields"], lambda f: f["field"] == "after")
+                     .getItem(0)["fields"]) if "schema" in df.columns else F.lit(None))
+    rows = df.select(
+        kind.alias("kind"), e["source"]["connector"].alias("connector"),
+        e["source"]["schema"].alias("owner"), e["source"]["table"].alias("tbl"),
+        op.alias("op"), sig.cast("string").alias("sig"),
+        F.array_sort(F.coalesce(F.map_keys(image), empty)).alias("image_keys"),
+        F.array_sort(F.array_union(F.coalesce(F.map_keys(e["before"]), empty),
+                                   F.coalesce(F.map_keys(e["after"]), empty))).alias("all_keys"),
+        e["source"]["cf_key_columns"].alias("key_columns"), F.col("file"),
+        F.when(kind == "event", native_position(e)).alias("scn"),
+        F.coalesce(F.col("corrupt"), op).alias("sample"),
+    ).groupBy("kind", "connector", "owner", "tbl", "op", "sig", "image_keys", "all_keys") \
+        .agg(F.count(F.lit(1)).alias("n"), F.first("file").alias("file"),
+             F.first("sample").alias("sample"), F.max("key_columns").alias("key_columns"),
+             F.min("scn").alias("min_scn"))
+    return [SurveyGroup(r.kind, r.connector, r.owner, r.tbl, r.op, r.sig,
+                        list(r.image_keys), list(r.all_keys), r.key_columns, int(r.n), r.file,
+                        r.sample, r.min_scn) for r in rows.collect()]
+
+
+@dataclass
+class TableTypes:
+    """What pass 2 needs of one table: its key and its columns' types, in order."""
+
+    owner: str
+    table: str
+    key: list[str]
+    columns: dict[str, T.FieldType] = field(default_factory=dict)  # source name -> type
+
+    @property
+    def label(self) -> str:
+        return f"{self.owner}.{self.table}"
+
+
+def check_records(groups: list[SurveyGroup]) -> None:
+    """Refuse bad records, naming the file.
+
+    Raises:
+        DebeziumFileError: a record that is not JSON, lacks ``op``, has an unknown op or
+            names no table; an event of a connector changeflow does not read.
+    """
+    for g in groups:
+        where = _short(g.file)
+        if g.kind == "corrupt":
+            raise DebeziumFileError(
+                f"{where}: not a JSON change event ({g.count} such lines), e.g. "
+                f"{(g.sample or '')[:80]!r}; Debezium files hold one JSON event per line")
+        if g.kind == "no_op":
+            raise DebeziumFileError(
+                f"{where}: {g.count} events have no 'op' field (table "
+                f"{g.owner}.{g.table}); every change event needs op c, u, d, r or t")
+        if g.kind == "bad_op":
+            raise DebeziumFileError(f"{where}: unknown op {g.op!r} in {g.count} events (known: "
+                                    + ", ".join(o.value for o in E.Op) + ")")
+        if g.kind == "no_table":
+            raise DebeziumFileError(f"{where}: {g.count} events name no source.table")
+        if g.kind == "event" and g.connector not in E.CONNECTORS:
+            raise DebeziumFileError(
+                f"{where}: events of connector {g.connector!r} are not supported (supported: "
+                f"{', '.join(E.CONNECTORS)}): changeflow needs the connector's log position "
+                "to order transactions")
+
+
+def _short(file: str) -> str:
+    return file.removeprefix("file://")
+
+
+def column_types(groups: list[SurveyGroup], source: DebeziumSource) -> dict[str, TableTypes]:
+    """Each captured table's key and column types, checked against every event.
+
+    Raises:
+        DebeziumFileError: an event's image has a column the table does not have, lacks
+            a key column, or its schema contradicts the declared table.
+        UnsupportedColumnTypeError: a column type without an LCR type.
+    """
+    out: dict[str, TableTypes] = {}
+    for g in sorted((g for g in groups if g.kind == "event"), key=lambda g: g.file):
+        assert g.owner is not None and g.table is not None
+        declared = source.table(g.owner, g.table)
+        if source.tables and declared is None:
+            continue
+        tt = out.get(f"{g.owner}.{g.table}")
+        if tt is None:
+            tt = out[f"{g.owner}.{g.table}"] = TableTypes(g.owner, g.table,
+                                                          _key(g, declared, source))
+            if declared is not None:
+                tt.columns.update(_declared(declared, source))
+        if g.signature:
+            _merge_schema(tt, json.loads(g.signature) or [], declared is not None
+                          and bool(declared.columns), g)
+        _check_image(tt, g)
+    return out
+
+
+def _key(g: SurveyGroup, declared: Any, source: DebeziumSource) -> list[str]:
+    if declared is not None and declared.key:
+        return list(declared.key)
+    if g.key_columns:
+        return [E.source_name(k) for k in json.loads(g.key_columns)]
+    raise DebeziumFileError(
+        f"{_short(g.file)}: table {g.owner}.{g.table} has no key: Debezium events do not "
+        f"carry it; declare it in the capture's source (tables: [{{name: {g.owner}."
+        f"{g.table}, key: [...]}}])")
+
+
+def _declared(declared: Any, source: DebeziumSource) -> dict[str, T.FieldType]:
+    return {c: T.from_postgres(t, decimal_handling_mode=source.decimal_handling_mode,
+                               time_precision_mode=source.time_precision_mode,
+                               binary_handling_mode=source.binary_handling_mode,
+                               where=f"{declared.name}.{c}")
+            for c, t in declared.columns.items()}
+
+
+def _merge_schema(tt: TableTypes, fields: list[dict[str, Any]], checked: bool,
+                  g: SurveyGroup) -> None:
+    for f in fields:
+        name = f["field"]
+        ft = T.from_schema(f, where=f"{tt.label}.{name}")
+        have = tt.columns.get(name)
+        if have is None and checked:
+            raise DebeziumFileError(
+                f"{_short(g.file)}: the events' schema of {tt.label} has column {name!r}, "
+                f"which the declared table does not have")
+        if have is not None and have.logical != ft.logical:
+            raise DebeziumFileError(
+                f"{_short(g.file)}: column {tt.label}.{name} is {ft.logical} in the events' "
+                f"schema but {have.logical} in the declared table (or an earlier schema)")
+        if have is None or have.codec != ft.codec:
+            tt.columns[name] = ft
+
+
+def _check_image(tt: TableTypes, g: SurveyGroup) -> None:
+    where = _short(g.file)
+    if not tt.columns:
+        raise DebeziumFileError(
+            f"{where}: events of {tt.label} carry no schema and the capture declares no "
+            f"columns for it; declare them (tables: [{{name: {tt.label}, columns: {{...}}}}])")
+    unknown = [k for k in g.all_keys if k not in tt.columns]
+    if unknown:
+        raise DebeziumFileError(
+            f"{where}: an event of {tt.label} (op {g.op}) has column {unknown[0]!r}, which "
+            f"the declared table does not have (it has {', '.join(tt.columns)})")
+    op = E.Op.of(g.op)
+    missing = [k for k in tt.key if k not in g.image_keys]
+    if op.key_image is not None and missing:
+        raise DebeziumFileError(
+            f"{where}: {g.count} {op.command} events of {tt.label} lack key column "
+            f"{missing[0]!r} in '{op.key_image}'")
+
+
+# --- pass 2 ----------------------------------------------------------------------------
+
+def native_position(e: Column) -> Column:
+    """The commit position of an event's transaction, by connector.
+
+    PostgreSQL: the first element of ``source.sequence`` (the last commit LSN before
+    the transaction; change LSNs of interleaved transactions do not follow commit
+    order), else ``lsn``. changeflow: ``lsn``, where an export writes the LCR's.
+    """
+    from pyspark.sql import functions as F
+
+    src = e["source"]
+    last_commit = F.get_json_object(src["sequence"], "$[0]").try_cast("bigint")
+    return F.when(src["connector"] == "postgresql",
+                  F.coalesce(last_commit, src["lsn"])).otherwise(src["lsn"])
+
+
+def _canon(c: Column) -> Column:
+    from pyspark.sql import functions as F
+
+    return F.when(c == F.lower(c), F.upper(c)).otherwise(c)
+
+
+def _lit(text: str) -> str:
+    """A SQL string literal."""
+    return "'" + text.replace("\\", "\\\\").replace("'", "\\'") + "'"
+
+
+def _image_map(img: str, tt: TableTypes) -> Column:
+    """The LCR value map of row image ``e.<img>``; a value of the wrong type fails the job."""
+    from pyspark.sql import functions as F
+
+    ref = f"`e`.`{img}`"
+    entries, checks = [], []
+    for name, ft in tt.columns.items():
+        raw = f"{ref}[{_lit(name)}]"
+        decoded = F.expr(T.decode_sql(raw, ft))
+        entries.append(F.when(F.expr(f"map_contains_key({ref}, {_lit(name)})"), F.struct(
+            F.lit(lcr.canonical_identifier(name)).alias("key"),
+            values.value_struct(decoded, ft.logical).alias("value"))))
+        checks.append(F.when(F.expr(raw).isNotNull() & decoded.isNull(), F.concat(
+            F.lit(f"{tt.label}.{name}: value "), F.substring(F.expr(raw), 1, 60),
+            F.lit(f" is not a {ft.logical} (Debezium codec {ft.codec})"))))
+    built = F.map_from_entries(F.array_compact(F.array(*entries)))
+    bad = F.coalesce(*checks) if checks else F.lit(None).cast("string")
+    return (F.when(F.expr(ref).isNull(), F.lit(None))
+            .when(bad.isNotNull(), F.raise_error(F.concat(
+                F.lit(ERROR_PREFIX), F.col("file"), F.lit(": "), bad)))
+            .otherwise(built))
+
+
+ERROR_PREFIX = "debezium value error: "
+
+
+def _per_table(tables: dict[str, TableTypes], build: Any, default: Column) -> Column:
+    """``build(tt)`` for the row's table, as one CASE over the tables."""
+    from pyspark.sql import functions as F
+
+    out = None
+    for tt in tables.values():
+        cond = (F.col("e")["source"]["schema"] == tt.owner) & \
+            (F.col("e")["source"]["table"] == tt.table)
+        out = F.when(cond, build(tt)) if out is None else out.when(cond, build(tt))
+    return default if out is None else out.otherwise(default)
+
+
+def to_lcrs(df: DataFrame, source: DebeziumSource, tables: dict[str, TableTypes]) -> DataFrame:
+    """Pass 2: the events of the captured tables as LCRs (contract columns, in order).
+
+    A pure transform of :func:`read_events`' output. Transaction metadata events,
+    tombstones and events of tables not captured are left out.
+    """
+    from pyspark.sql import functions as F
+
+    e = F.col("e")
+    src = e["source"]
+    mine = F.lit(False)
+    for tt in tables.values():
+        mine = mine | ((src["schema"] == tt.owner) & (src["table"] == tt.table))
+    events = df.where(F.col("corrupt").isNull() & e["status"].isNull() & e["op"].isNotNull()
+                      & mine)
+    command = F.expr("case e.op " + " ".join(f"when '{o.value}' then '{o.command}'"
+                                               for o in E.Op) + " end")
+    database = F.coalesce(src["cf_source_database"], F.lit(source.database.upper()))
+    scn = native_position(e)
+    txn = F.coalesce(e["transaction"]["id"], src["txId"].cast("string"), F.concat(F.lit("dbz:"),
+                                                                   scn.cast("string")))
+    position = F.coalesce(e["transaction"]["total_order"], src["lsn"], F.lit(0))
+    owner, name = _canon(src["schema"]), _canon(src["table"])
+    keys = _per_table(tables, lambda tt: F.array(*[F.lit(lcr.canonical_identifier(k))
+                                                   for k in tt.key]),
+                      F.lit(None).cast("array<string>"))
+    is_row = e["op"] != "t"
+    commit_time = F.coalesce(F.timestamp_micros(src["ts_us"]), F.timestamp_millis(src["ts_ms"]))
+    msg_id = F.coalesce(src["cf_msg_id"], F.substring(F.sha2(F.concat_ws(
+        "\x1f", database, scn.cast("string"), txn, owner, name, position.cast("string"),
+        F.to_json(e["after"]), F.to_json(e["before"])), 256), 1, 32))
+    given: dict[str, Column] = {
+        "msg_id": msg_id,
+        "kind": F.when(is_row, "ROW").otherwise("DDL"),
+        "origin": F.lit("CAPTURED"),
+        "source_database_name": F.upper(database),
+        "command_type": command,
+        "object_owner": owner,
+        "object_name": name,
+        "object_type": F.when(~is_row, "TABLE"),
+        "ddl_text": F.when(~is_row, F.concat(F.lit('TRUNCATE TABLE "'), src["schema"],
+                                             F.lit('"."'), src["table"], F.lit('"'))),
+        "tag": F.try_to_binary(src["cf_tag"], F.lit("hex")),
+        "transaction_id": txn,
+        "commit_scn": scn,
+        "commit_time": commit_time,
+        "position": position,
+        "key_columns": F.when(is_row, keys),
+        "old_values": F.when(is_row, _per_table(tables, lambda tt: _image_map("before", tt),
+                                                F.lit(None))),
+        "new_values": F.when(is_row, _per_table(tables, lambda tt: _image_map("after", tt),
+                                                F.lit(None))),
+    }
+    if not source.include_tagged_lcr:
+        events = events.where(src["cf_tag"].isNull())
+    return events.select(*[_field(f, given) for f in lcr.LCR_FIELDS])
+
+
+def _field(spec: tuple[str, str, bool], given: dict[str, Column]) -> Column:
+    from pyspark.sql import functions as F
+
+    name, ddl, _ = spec
+    if name == "schema_version":
+        return F.lit(lcr.SCHEMA_VERSION).alias(name)
+    return given.get(name, F.lit(None)).cast(lcr.spark_type(ddl)).alias(name)

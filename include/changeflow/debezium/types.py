@@ -1,0 +1,303 @@
+"""Column types across the Debezium envelope: PostgreSQL types, Kafka Connect schemas, LCRs.
+
+Debezium's PostgreSQL connector publishes how it writes each PostgreSQL type (its
+"data type mappings"): a Kafka Connect schema type, an optional semantic name and
+parameters. :func:`from_schema` reads that description (from an event's schema),
+:func:`from_postgres` derives it from a declared PostgreSQL type under the
+connector's ``decimal.handling.mode``, ``time.precision.mode`` and
+``binary.handling.mode``, and :func:`for_logical` says how an export writes an LCR
+type. Each gives a :class:`FieldType`: the LCR logical type plus the *codec* of the
+JSON value, which :func:`decode` turns into a Spark expression and :func:`encode`
+writes back.
+
+>>> from_postgres("numeric(12,4)")
+FieldType(logical='NUMBER', codec='decimal', scale=4)
+>>> from_postgres("timestamp(3)", time_precision_mode="adaptive").codec
+'ts_ms'
+>>> from_schema({"type": "int32", "name": "io.debezium.time.Date"}).logical
+'DATE'
+>>> for_logical("TIMESTAMP WITH TIME ZONE").schema()["name"]
+'io.debezium.time.ZonedTimestamp'
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from changeflow import lcr
+from changeflow.errors import TerminalError
+
+if TYPE_CHECKING:
+    from pyspark.sql import Column
+
+
+class UnsupportedColumnTypeError(TerminalError):
+    """A column's Debezium or PostgreSQL type has no LCR logical type."""
+
+
+@dataclass(frozen=True)
+class FieldType:
+    """An LCR logical type and how its values are written in Debezium JSON.
+
+    Codecs: ``int``, ``bool``, ``double``, ``string``, ``bytes`` (base64), ``hex``,
+    ``base64url``, ``decimal`` (base64 two's complement, fixed ``scale``), ``varscale``
+    (``{"scale", "value"}``), ``decimal_text`` (a number or string), ``date`` (days),
+    ``ts_ms``/``ts_us``/``ts_ns`` (epoch), ``zoned`` (ISO-8601 with offset).
+    """
+
+    logical: str
+    codec: str
+    scale: int | None = None
+
+    def schema(self) -> dict[str, Any]:
+        """The Kafka Connect field schema an export declares for this type."""
+        base: dict[str, Any] = {
+            "int": {"type": "int64"}, "bool": {"type": "boolean"},
+            "double": {"type": "float64"}, "string": {"type": "string"},
+            "bytes": {"type": "bytes"},
+            "decimal": {"type": "bytes", "name": "org.apache.kafka.connect.data.Decimal",
+                        "version": 1, "parameters": {"scale": str(self.scale),
+                                                     "connect.decimal.precision": "38"}},
+            "date": {"type": "int32", "name": "io.debezium.time.Date", "version": 1},
+            "ts_us": {"type": "int64", "name": "io.debezium.time.MicroTimestamp",
+                      "version": 1},
+            "zoned": {"type": "string", "name": "io.debezium.time.ZonedTimestamp",
+                      "version": 1},
+        }[self.codec]
+        return dict(base)
+
+
+_SEMANTIC: dict[str, tuple[str, str]] = {
+    "io.debezium.time.Date": ("DATE", "date"),
+    "org.apache.kafka.connect.data.Date": ("DATE", "date"),
+    "io.debezium.time.Timestamp": ("TIMESTAMP", "ts_ms"),
+    "org.apache.kafka.connect.data.Timestamp": ("TIMESTAMP", "ts_ms"),
+    "io.debezium.time.MicroTimestamp": ("TIMESTAMP", "ts_us"),
+    "io.debezium.time.NanoTimestamp": ("TIMESTAMP", "ts_ns"),
+    "io.debezium.time.ZonedTimestamp": ("TIMESTAMP WITH TIME ZONE", "zoned"),
+    "io.debezium.data.VariableScaleDecimal": ("NUMBER", "varscale"),
+    "io.debezium.data.Json": ("VARCHAR2", "string"),
+    "io.debezium.data.Uuid": ("VARCHAR2", "string"),
+    "io.debezium.data.Xml": ("VARCHAR2", "string"),
+    "io.debezium.data.Enum": ("VARCHAR2", "string"),
+    "io.debezium.data.EnumSet": ("VARCHAR2", "string"),
+    "io.debezium.data.Ltree": ("VARCHAR2", "string"),
+    "io.debezium.data.Bits": ("RAW", "bytes"),
+}
+_UNSUPPORTED_NAMES = ("io.debezium.time.Time", "io.debezium.time.MicroTime",
+                      "io.debezium.time.NanoTime", "io.debezium.time.ZonedTime",
+                      "org.apache.kafka.connect.data.Time", "io.debezium.time.MicroDuration",
+                      "io.debezium.time.Interval")
+_PLAIN = {"int8": ("INTEGER", "int"), "int16": ("INTEGER", "int"), "int32": ("INTEGER", "int"),
+          "int64": ("INTEGER", "int"), "float32": ("BINARY_DOUBLE", "double"),
+          "float64": ("BINARY_DOUBLE", "double"), "boolean": ("BOOLEAN", "bool"),
+          "string": ("VARCHAR2", "string"), "bytes": ("RAW", "bytes")}
+
+
+def from_schema(field: dict[str, Any], *, where: str = "column") -> FieldType:
+    """The type of a field described by a Kafka Connect schema (as events carry it).
+
+    Raises:
+        UnsupportedColumnTypeError: naming ``where`` and the type (times of day,
+            intervals, geometries and arrays have no LCR type).
+    """
+    name, typ = field.get("name"), field.get("type")
+    params = field.get("parameters") or {}
+    if name == "org.apache.kafka.connect.data.Decimal":
+        return FieldType("NUMBER", "decimal", int(params.get("scale", 0)))
+    if name in _SEMANTIC:
+        logical, codec = _SEMANTIC[name]
+        return FieldType(logical, codec)
+    if name in _UNSUPPORTED_NAMES or typ not in _PLAIN:
+        raise UnsupportedColumnTypeError(
+            f"{where}: Debezium type {typ}{f' ({name})' if name else ''} has no LCR type; "
+            "exclude the column in the connector (column.exclude.list) or cast it in a view")
+    logical, codec = _PLAIN[str(typ)]
+    return FieldType(logical, codec)
+
+
+_PG = re.compile(r"^\s*([a-z][a-z0-9 _]*?)\s*(?:\(\s*(\d+)\s*(?:,\s*(\d+)\s*)?\))?\s*"
+                 r"(with(?:out)? time zone)?\s*(\[\])?\s*$")
+
+
+def from_postgres(type_name: str, *, decimal_handling_mode: str = "precise",
+                  time_precision_mode: str = "adaptive", binary_handling_mode: str = "bytes",
+                  where: str = "column") -> FieldType:
+    """The type Debezium's PostgreSQL connector writes for a PostgreSQL column type.
+
+    An LCR logical type name (``VARCHAR2``, ``NUMBER``, ...) is accepted too: it means
+    what a changeflow export writes.
+
+    Raises:
+        UnsupportedColumnTypeError: a type without an LCR logical type, or unknown.
+    """
+    if type_name.upper() in lcr.LOGICAL_TYPES:
+        return for_logical(type_name.upper())
+    m = _PG.match(type_name.lower())
+    if m is None or m.group(5):
+        raise UnsupportedColumnTypeError(f"{where}: unknown or unsupported PostgreSQL type "
+                                         f"{type_name!r}")
+    base, p, s, zone = m.group(1).strip(), m.group(2), m.group(3), m.group(4)
+    if base in ("timestamp", "timestamptz") and (zone == "with time zone" or base.endswith("tz")):
+        return FieldType("TIMESTAMP WITH TIME ZONE", "zoned")
+    if base == "timestamp":
+        if time_precision_mode == "connect" or (p is not None and int(p) <= 3):
+            return FieldType("TIMESTAMP", "ts_ms")
+        return FieldType("TIMESTAMP", "ts_us")
+    if base in ("numeric", "decimal", "money"):
+        if decimal_handling_mode in ("double", "string"):
+            return FieldType("NUMBER", "decimal_text")
+        if base == "money":
+            return FieldType("NUMBER", "decimal", 2)
+        if p is None:
+            return FieldType("NUMBER", "varscale")
+        return FieldType("NUMBER", "decimal", int(s or 0))
+    if base == "bytea":
+        codec = {"bytes": "bytes", "base64": "bytes", "hex": "hex",
+                 "base64-url-safe": "base64url"}.get(binary_handling_mode)
+        if codec is None:
+            raise UnsupportedColumnTypeError(f"binary.handling.mode {binary_handling_mode!r}")
+        return FieldType("RAW", codec)
+    simple = {
+        "boolean": ("BOOLEAN", "bool"), "bool": ("BOOLEAN", "bool"),
+        "smallint": ("INTEGER", "int"), "int2": ("INTEGER", "int"),
+        "smallserial": ("INTEGER", "int"), "integer": ("INTEGER", "int"),
+        "int": ("INTEGER", "int"), "int4": ("INTEGER", "int"), "serial": ("INTEGER", "int"),
+        "bigint": ("INTEGER", "int"), "int8": ("INTEGER", "int"),
+        "bigserial": ("INTEGER", "int"), "oid": ("INTEGER", "int"),
+        "real": ("BINARY_DOUBLE", "double"), "float4": ("BINARY_DOUBLE", "double"),
+        "double precision": ("BINARY_DOUBLE", "double"), "float8": ("BINARY_DOUBLE", "double"),
+        "date": ("DATE", "date"),
+    }
+    text = ("text", "varchar", "character varying", "character", "char", "bpchar", "name",
+            "json", "jsonb", "uuid", "xml", "citext", "inet", "cidr", "macaddr", "ltree")
+    if base in simple:
+        logical, codec = simple[base]
+        return FieldType(logical, codec)
+    if base in text:
+        return FieldType("VARCHAR2", "string")
+    raise UnsupportedColumnTypeError(
+        f"{where}: PostgreSQL type {type_name!r} has no LCR type (times of day, intervals, "
+        "geometries and arrays are not carried); cast it in a view, or leave the column out")
+
+
+def for_logical(logical: str) -> FieldType:
+    """How an export writes values of an LCR logical type (and reads them back)."""
+    codec = {"VARCHAR2": "string", "INTEGER": "int", "NUMBER": "decimal",
+             "BINARY_DOUBLE": "double", "BOOLEAN": "bool", "DATE": "date",
+             "TIMESTAMP": "ts_us", "TIMESTAMP WITH TIME ZONE": "zoned", "RAW": "bytes"}.get(logical)
+    if codec is None:
+        raise UnsupportedColumnTypeError(f"unknown LCR logical type {logical!r}")
+    return FieldType(logical, codec, lcr.DECIMAL_SCALE if codec == "decimal" else None)
+
+
+# --- Spark expressions -------------------------------------------------------------
+
+_NOT = "translate({h}, '0123456789ABCDEF', 'FEDCBA9876543210')"
+
+
+def _decimal_sql(b64: str, scale: str) -> str:
+    """SQL turning base64 two's-complement bytes (Kafka Connect Decimal) into a NUMBER.
+
+    Spark's ``conv`` handles 64 bits, so the bytes are split in two halves; a negative
+    number's magnitude is the complement plus one. The digits are then placed around
+    the decimal point as text and cast exactly (values of up to 16 bytes).
+    """
+    h = f"hex(try_to_binary({b64}, 'base64'))"
+    neg = f"(conv(substring({h}, 1, 1), 16, 10) >= 8)"
+    hh = f"if({neg}, {_NOT.format(h=h)}, {h})"
+    n = f"length({h})"
+    two64 = "cast(18446744073709551616 as decimal(38,0))"
+    mag = (f"(case when {n} between 1 and 16 then cast(conv({hh}, 16, 10) as decimal(38,0)) "
+           f"when {n} <= 32 then try_add(try_multiply(cast(conv(substring({hh}, 1, {n} - 16), "
+           f"16, 10) as decimal(38,0)), {two64}), cast(conv(substring({hh}, {n} - 15, 16), 16, "
+           f"10) as decimal(38,0))) end + if({neg}, 1, 0))")
+    digits = f"cast({mag} as string)"
+    padded = f"lpad({digits}, {scale} + 1, '0')"
+    text = (f"if({scale} = 0, {digits}, concat(substring({padded}, 1, length({padded}) - "
+            f"{scale}), '.', substring({padded}, length({padded}) - {scale} + 1)))")
+    exact = (f"({scale} <= {lcr.DECIMAL_SCALE} or rtrim('0', substring({padded}, "
+             f"length({padded}) - {scale} + 1 + {lcr.DECIMAL_SCALE})) = '')")
+    return (f"if({exact}, try_cast(concat(if({neg}, '-', ''), {text}) as "
+            f"decimal({lcr.DECIMAL_PRECISION},{lcr.DECIMAL_SCALE})), null)")
+
+
+def decode_sql(raw: str, ft: FieldType) -> str:
+    """Spark SQL reading one JSON value (``raw``: SQL giving its text) as ``ft.logical``.
+
+    A value that cannot be read gives NULL; the reader compares with the raw value to
+    report it. Times are read in UTC, the session time zone of changeflow's sessions.
+
+    >>> decode_sql("v", FieldType("INTEGER", "int"))
+    'try_cast(v as bigint)'
+    """
+    c = ft.codec
+    number = f"decimal({lcr.DECIMAL_PRECISION},{lcr.DECIMAL_SCALE})"
+    simple = {
+        "string": raw,
+        "int": f"try_cast({raw} as bigint)",
+        "bool": f"try_cast({raw} as boolean)",
+        "double": f"try_cast({raw} as double)",
+        "decimal_text": f"try_cast({raw} as {number})",
+        "bytes": f"try_to_binary({raw}, 'base64')",
+        "hex": f"try_to_binary({raw}, 'hex')",
+        "base64url": f"try_to_binary(translate({raw}, '-_', '+/'), 'base64')",
+        "date": f"date_from_unix_date(try_cast({raw} as int))",
+        "ts_ms": f"cast(timestamp_millis(try_cast({raw} as bigint)) as timestamp_ntz)",
+        "ts_us": f"cast(timestamp_micros(try_cast({raw} as bigint)) as timestamp_ntz)",
+        "ts_ns": f"cast(timestamp_micros(try_cast({raw} as bigint) div 1000) as timestamp_ntz)",
+        "zoned": f"try_cast({raw} as timestamp)",
+    }
+    if c in simple:
+        return simple[c]
+    if c == "decimal":
+        return _decimal_sql(raw, str(ft.scale or 0))
+    if c == "varscale":
+        return _decimal_sql(f"get_json_object({raw}, '$.value')",
+                            f"try_cast(get_json_object({raw}, '$.scale') as int)")
+    raise UnsupportedColumnTypeError(f"no decoder for codec {c!r}")
+
+
+def encode_sql(value: str, ft: FieldType) -> str:
+    """Spark SQL giving the JSON value an export writes for ``value`` (of ``ft.logical``).
+
+    The result is a string (ZonedTimestamp, base64 bytes) or a number/boolean that
+    ``to_json`` writes as such.
+
+    >>> encode_sql("v", for_logical("DATE"))
+    'unix_date(v)'
+    """
+    c = ft.codec
+    if c in ("string", "int", "bool", "double"):
+        return value
+    if c == "date":
+        return f"unix_date({value})"
+    if c == "ts_us":
+        return f"unix_micros(cast({value} as timestamp))"
+    if c == "zoned":
+        return f"date_format({value}, \"yyyy-MM-dd'T'HH:mm:ss.SSSSSS'Z'\")"
+    if c == "bytes":
+        return f"base64({value})"
+    if c == "decimal":
+        return _decimal_b64_sql(value)
+    raise UnsupportedColumnTypeError(f"no encoder for codec {c!r}")
+
+
+def _decimal_b64_sql(value: str) -> str:
+    """SQL writing a NUMBER as a Kafka Connect Decimal of scale 10: 16 bytes, base64.
+
+    The unscaled magnitude is split at 2^64 (both halves fit ``conv``); a negative
+    number is written as the complement of its magnitude minus one.
+    """
+    unscaled = (f"cast(regexp_replace(cast(abs({value}) as string), '[.]', '') as "
+                f"decimal(38,0))")
+    neg = f"({value} < 0)"
+    m = f"({unscaled} - if({neg}, 1, 0))"
+    two64 = "cast(18446744073709551616 as decimal(38,0))"
+    hi = f"({m} div {two64})"
+    lo = f"({m} - {hi} * {two64})"
+    h = (f"concat(lpad(hex({hi}), 16, '0'), lpad(conv(cast({lo} as string), 10, 16), 16, "
+         f"'0'))")
+    return f"base64(unhex(if({neg}, {_NOT.format(h=h)}, {h})))"
