@@ -22,6 +22,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from changeflow.debezium.config import DebeziumSource
 from changeflow.errors import ConfigError
+from changeflow.messaging.config import MessagingConfig
 
 _ENV = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)(?::-([^}]*))?\}")
 _QUEUE_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_$#]*\.[A-Za-z_][A-Za-z0-9_$#]*$")
@@ -269,6 +270,7 @@ class PipelineConfig(_Model):
     rules: str | None = None
     quality: QualityConfig = QualityConfig()
     alerts: AlertsConfig = AlertsConfig()
+    messaging: MessagingConfig = MessagingConfig()
     spark: dict[str, str] = {}
     source_path: str | None = None
 

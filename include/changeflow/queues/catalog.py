@@ -103,6 +103,29 @@ class QueueInfo:
     consumers: list[ConsumerInfo]
 
 
+def _holders() -> list[tuple[Any, dict[str, Any]]]:
+    """Other tables holding a queue's messages (user messages): ``info['queue_messages']``."""
+    return [(t, t.info["queue_messages"]) for t in schema.metadata.tables.values()
+            if "queue_messages" in t.info]
+
+
+def _held_elsewhere(conn: Connection, queue: str) -> int:
+    """Messages of a queue waiting in other tables, in the states they declare as live."""
+    total = 0
+    for t, spec in _holders():
+        where = t.c[spec["column"]] == queue
+        if spec.get("state_column"):
+            where = where & t.c[spec["state_column"]].in_(spec["live_states"])
+        total += int(conn.execute(select(func.count()).select_from(t).where(where)).scalar()
+                     or 0)
+    return total
+
+
+def _discard_elsewhere(conn: Connection, queue: str) -> None:
+    for t, spec in _holders():
+        conn.execute(delete(t).where(t.c[spec["column"]] == queue))
+
+
 def _batch(row: object) -> Batch:
     m = row._mapping  # type: ignore[attr-defined]
     return Batch(
@@ -204,10 +227,14 @@ class QueueCatalog:
             held = [_batch(r) for r in conn.execute(
                 select(B).where(B.c.queue == name, B.c.path != "").order_by(B.c.seq))]
             n = sum(b.n_messages for b in held)
-            if n and not force:
+            others = _held_elsewhere(conn, name)
+            if (n or others) and not force:
+                where = f"{len(held)} batches" + (f" and {others} user messages" if others
+                                                  else "")
                 raise TerminalError(
-                    f"queue {name!r} still holds {n} messages in {len(held)} batches; "
+                    f"queue {name!r} still holds {n + others} messages in {where}; "
                     f"drop it with force to discard them")
+            _discard_elsewhere(conn, name)
             conn.execute(delete(R).where(R.c.seq.in_(
                 select(B.c.seq).where(B.c.queue == name).scalar_subquery())))
             conn.execute(delete(B).where(B.c.queue == name))

@@ -45,6 +45,7 @@ DOMAINS: dict[str, str] = {
     "core": "changeflow.state.schema",
     "schedules": "changeflow.state.schema_schedules",
     "quality": "changeflow.state.schema_quality",
+    "messaging": "changeflow.state.schema_messaging",
 }
 
 

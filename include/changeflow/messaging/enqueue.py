@@ -1,0 +1,236 @@
+"""Enqueue: checking a message, choosing its recipients, and writing it at commit.
+
+:func:`prepare` does every check an enqueue needs (queue started, payload type, size,
+properties, privilege, recipients) when the application calls ``enqueue``, so a bad
+message is refused at once and changes nothing. The prepared message is kept by the
+session and written by :func:`write` inside the commit's transaction: messages of
+one transaction become visible together (ON_COMMIT), and a commit-time queue takes its
+commit sequence under the queue's counter lock, so a message committed later always
+sorts later (seed 001, commit-time queues).
+
+Recipients, on a multi-consumer queue: the recipient list when one is given, else
+every subscriber whose rule is TRUE for the message (remote subscribers included:
+their deliveries wait for the propagation to their address) and every messaging
+client of the queue (its rule sets are applied when it dequeues).
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import uuid
+from dataclasses import dataclass
+from typing import Any
+
+from sqlalchemy import select
+from sqlalchemy.engine import Connection
+
+from changeflow.errors import PayloadTypeError
+from changeflow.messaging import conditions as C
+from changeflow.messaging import dictionary as D
+from changeflow.messaging import privileges
+from changeflow.messaging import types as T
+from changeflow.messaging.constants import State
+from changeflow.messaging.errors import (
+    MessagePropertyError,
+    MessageTooLargeError,
+    NoRecipientsError,
+    QueueStoppedError,
+)
+from changeflow.messaging.model import MessageProperties
+from changeflow.state import StateStore
+from changeflow.state import schema_messaging as S
+
+M = S.messages
+RECEIVED = S.received
+#: Receipts of producer-chosen message ids, so that a replay is recognised.
+REPLAY_PRODUCER = "enqueue"
+
+
+@dataclass(frozen=True)
+class Pending:
+    """A checked message waiting for its transaction's commit."""
+
+    queue: str
+    msg_id: str
+    type_name: str
+    payload: str | None
+    payload_raw: bytes | None
+    size: int
+    properties: MessageProperties
+    recipients: tuple[tuple[str, str], ...]  # (consumer, address)
+    enq_time: dt.datetime
+    replay_key: bool  # the producer chose the id: recognise a replay
+
+
+def message_type_for(conn: Connection, url: str, props: D.QueueProps, payload: Any,
+                     type_name: str | None) -> T.TypeDef:
+    """The type a payload is checked against on this queue.
+
+    Raises:
+        UnknownTypeError, PayloadTypeError: an unknown type, or one the queue cannot hold.
+    """
+    queue_type = D.message_type(conn, url, props.payload_type)
+    if queue_type.kind != T.ANYDATA:
+        if type_name and T.canonical_type_name(type_name) != queue_type.name:
+            raise PayloadTypeError(
+                f"queue {props.name} holds {queue_type.name} messages, not "
+                f"{T.canonical_type_name(type_name)}")
+        return queue_type
+    if type_name:
+        return D.message_type(conn, url, type_name)
+    if isinstance(payload, (bytes, bytearray, memoryview)):
+        return T.TypeDef("RAW", T.RAW)
+    jms = T.jms_kind_of(payload)
+    if jms:
+        return D.message_type(conn, url, jms)
+    return queue_type
+
+
+def _check_queue(props: D.QueueProps) -> None:
+    if props.is_exception:
+        raise QueueStoppedError(
+            f"queue {props.name} is an exception queue: messages arrive there when they "
+            "expire or cannot be delivered, never by enqueue")
+    if not props.enqueue_enabled:
+        raise QueueStoppedError(
+            f"queue {props.name} is stopped for enqueue; start it with "
+            f"`changeflow aq start-queue {props.name}` (DBMS_AQADM.START_QUEUE)")
+
+
+def prepare(conn: Connection, store: StateStore, props: D.QueueProps, payload: Any,
+            properties: MessageProperties, *, type_name: str | None, user: str | None,
+            max_size: int, now: dt.datetime) -> Pending:
+    """Check one message for enqueue and choose its recipients.
+
+    Raises:
+        QueueStoppedError, PayloadTypeError, UnknownTypeError, MessageTooLargeError,
+        MessagePropertyError, SecurityError, NoRecipientsError: nothing is written.
+    """
+    _check_queue(props)
+    mtype = message_type_for(conn, store.url, props, payload, type_name)
+    text, raw, size = mtype.encode(payload)
+    if size > max_size:
+        raise MessageTooLargeError(
+            f"message for queue {props.name} is {size} bytes encoded; the limit is {max_size} "
+            "(messaging.max_message_size)")
+    sender = properties.sender.name if properties.sender else None
+    privileges.check(conn, props, user, "ENQUEUE", sender)
+    recipients = _recipients(conn, store, props, properties, mtype, text, raw)
+    return Pending(props.name, properties.msg_id or uuid.uuid4().hex, mtype.name, text, raw,
+                   size, properties, recipients, now, properties.msg_id is not None)
+
+
+def _recipients(conn: Connection, store: StateStore, props: D.QueueProps,
+                properties: MessageProperties, mtype: T.TypeDef, text: str | None,
+                raw: bytes | None) -> tuple[tuple[str, str], ...]:
+    if not props.multiple_consumers:
+        if properties.recipients:
+            raise MessagePropertyError(
+                f"queue {props.name} has a single consumer: a recipient list is only for "
+                "multi-consumer queues")
+        return (("", ""),)
+    if properties.recipients:
+        return tuple(dict.fromkeys((r.name, r.address) for r in properties.recipients))
+    subs = D.subscribers(conn, props.name)
+    decoded: list[Any] = []
+    out = []
+    for sub in subs:
+        if sub.rule and sub.kind != "messaging_client":
+            if not decoded:
+                decoded.append(mtype.decode(text, raw))
+            fields = mtype.field_names if mtype.kind == T.OBJECT else None
+            cond = C.compile_condition(sub.rule, fields)
+            if not C.matches(cond, mtype.rule_fields(decoded[0]),
+                             _rule_props(properties, mtype.name), mtype.name):
+                continue
+        out.append((sub.name, sub.address))
+    if not out:
+        raise NoRecipientsError(
+            f"no recipient for this message on multi-consumer queue {props.name}: give a "
+            f"recipient list, or add a subscriber whose rule accepts it ({len(subs)} "
+            "subscribers, none matched)" if subs else
+            f"no recipient for this message: multi-consumer queue {props.name} has no "
+            "subscriber; add one (`changeflow aq subscribers add`) or give a recipient list")
+    return tuple(out)
+
+
+def _rule_props(p: MessageProperties, type_name: str) -> dict[str, Any]:
+    return {"AQ$PRIORITY": p.priority, "AQ$CORRID": p.correlation, "AQ$DELAY": p.delay,
+            "AQ$EXPIRATION": p.expiration, "AQ$RETRY_COUNT": 0,
+            "AQ$SENDER": p.sender.name if p.sender else None, "AQ$MSG_TYPE": type_name}
+
+
+def _micros(t: dt.datetime) -> int:
+    return int(t.timestamp() * 1_000_000)
+
+
+def _rows(props: D.QueueProps, msg: Pending, txn_id: str,
+          commit_seq: int | None, now: dt.datetime) -> list[dict[str, Any]]:
+    p = msg.properties
+    visible = msg.enq_time + dt.timedelta(seconds=p.delay)
+    expire = visible + dt.timedelta(seconds=p.expiration) if p.expiration is not None else None
+    recipients = json.dumps([[r.name, r.address] for r in p.recipients]) if p.recipients else None
+    base = {
+        "msg_id": msg.msg_id, "queue": props.name,
+        "state": State.WAITING.value if p.delay > 0 else State.READY.value,
+        "k1": p.priority if props.by_priority else 0,
+        "k2": commit_seq if commit_seq is not None else _micros(msg.enq_time),
+        "txn_id": txn_id, "commit_seq": commit_seq, "priority": p.priority,
+        "enq_time": msg.enq_time, "visible_at": visible, "expire_at": expire,
+        "delay": p.delay, "expiration": p.expiration, "correlation": p.correlation,
+        "sender": str(p.sender) if p.sender else None, "recipients": recipients,
+        "exception_queue": p.exception_queue, "msg_type": msg.type_name,
+        "payload": msg.payload, "payload_raw": msg.payload_raw, "size": msg.size,
+        "retry_count": 0, "lock_txn": None, "lock_mode": None, "lock_expires": None,
+        "original_queue": None, "reason": None, "state_time": now,
+    }
+    return [{**base, "consumer": c, "address": a} for c, a in msg.recipients]
+
+
+def write(conn: Connection, store: StateStore, pending: list[Pending], txn_id: str,
+          now: dt.datetime) -> dict[str, list[str]]:
+    """Write a transaction's messages (inside the commit's transaction).
+
+    A message whose producer-chosen id was enqueued into the queue before is a replay
+    and is skipped. Returns the message ids written, by queue.
+
+    Raises:
+        QueueNotFoundError, QueueDroppedError: a queue disappeared since the enqueue.
+    """
+    by_queue: dict[str, list[Pending]] = {}
+    for msg in pending:
+        by_queue.setdefault(msg.queue, []).append(msg)
+    written: dict[str, list[str]] = {}
+    for queue, msgs in by_queue.items():
+        props = D.queue(conn, queue)
+        msgs = _without_replays(conn, queue, msgs, now)
+        if not msgs:
+            continue
+        seq = store.next_counter(f"aq:commit:{queue}", conn) if props.commit_ordered else None
+        rows = [r for m in msgs for r in _rows(props, m, txn_id, seq, now)]
+        conn.execute(M.insert(), rows)
+        written[queue] = [m.msg_id for m in msgs]
+    return written
+
+
+def _without_replays(conn: Connection, queue: str, msgs: list[Pending],
+                     now: dt.datetime) -> list[Pending]:
+    keyed = [m for m in msgs if m.replay_key]
+    if not keyed:
+        return msgs
+    ids = [m.msg_id for m in keyed]
+    seen = {r[0] for r in conn.execute(select(RECEIVED.c.msg_id).where(
+        RECEIVED.c.producer == f"{REPLAY_PRODUCER}:{queue}", RECEIVED.c.msg_id.in_(ids)))}
+    fresh, out = set(), []
+    for m in msgs:
+        if m.replay_key:
+            if m.msg_id in seen or m.msg_id in fresh:
+                continue
+            fresh.add(m.msg_id)
+        out.append(m)
+    if fresh:
+        conn.execute(RECEIVED.insert(), [
+            {"producer": f"{REPLAY_PRODUCER}:{queue}", "msg_id": i, "queue": queue,
+             "received_at": now} for i in sorted(fresh)])
+    return out

@@ -1,0 +1,584 @@
+"""Sessions: enqueue, dequeue, commit and rollback, like ``DBMS_AQ`` in one database session.
+
+A :class:`Session` belongs to one user and one state store (one site). Its
+transaction is *logical*: it holds no database connection between calls, so an HTTP
+service can keep one open across requests (IDAP, seed 003):
+
+* ``enqueue`` checks the message at once and keeps it in the session; ``commit``
+  writes the transaction's messages in one database transaction, so they become
+  visible together (ON_COMMIT). IMMEDIATE visibility writes it at once, as a
+  transaction of its own.
+* ``dequeue`` in REMOVE or LOCKED mode locks the message in the store under the
+  session's transaction id; other sessions skip it. ``commit`` removes (or retains)
+  what was dequeued; ``rollback`` puts it back with its retry count raised (past
+  ``max_retries``: the exception queue). Locks lapse after ``lock_timeout`` seconds
+  without any call from the session (default 120 s, the IDAP idle timeout) or at once
+  when the session's process dies; the next dequeue or the time manager then rolls
+  them back, and a later ``commit`` of that session fails with
+  :class:`~changeflow.messaging.errors.TransactionExpiredError`.
+
+``commit=True`` on ``enqueue``/``dequeue`` commits in the same call (the IDAP
+``<AQXmlCommit/>`` inside a request), in one database transaction when the session
+had nothing else pending.
+
+>>> from changeflow.state import StateStore
+>>> from changeflow.messaging import admin
+>>> store = StateStore("sqlite://")
+>>> _ = admin.create_queue_table(store, "app.jobs_qt", "RAW")
+>>> _ = admin.create_queue(store, "app.jobs", "app.jobs_qt", start=True)
+>>> s = connect(store, user="app")
+>>> mid = s.enqueue("app.jobs", b"hello", priority=2)
+>>> s.dequeue("app.jobs", wait=0) is None   # not committed yet: invisible
+True
+>>> s.commit()
+>>> m = s.dequeue("app.jobs", wait=0)
+>>> (m.msg_id == mid, m.payload, m.priority)
+(True, b'hello', 2)
+>>> s.commit()
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import itertools
+import logging
+import time
+import uuid
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, replace
+from typing import TYPE_CHECKING, Any
+
+from sqlalchemy import func, select
+
+from changeflow.messaging import conditions as C
+from changeflow.messaging import dequeue as DQ
+from changeflow.messaging import dictionary as D
+from changeflow.messaging import enqueue as EQ
+from changeflow.messaging import locks, notify, privileges
+from changeflow.messaging import types as T
+from changeflow.messaging.constants import (
+    FOREVER,
+    DequeueMode,
+    Navigation,
+    Visibility,
+    wait_seconds,
+)
+from changeflow.messaging.errors import (
+    CapturedMessageError,
+    MessagePropertyError,
+    NotSubscribedError,
+    QueueStoppedError,
+    TransactionExpiredError,
+)
+from changeflow.messaging.model import Message, MessageProperties, Selector, agent_name
+from changeflow.state import StateStore, schema, utcnow
+from changeflow.state import schema_messaging as S
+
+if TYPE_CHECKING:
+    from sqlalchemy.engine import Connection
+
+    from changeflow.config import PipelineConfig
+
+log = logging.getLogger(__name__)
+#: Finds a messaging client's rule sets by name (None: not a client of the rules file).
+RulesLookup = Callable[[str], DQ.ClientRules | None]
+
+
+@dataclass(frozen=True)
+class Settings:
+    """How a session behaves.
+
+    Args:
+        lock_timeout: seconds a dequeued-but-uncommitted message stays locked without
+            any call from the session (the IDAP transaction idle timeout is 120 s).
+        max_message_size: the largest encoded payload accepted, in bytes.
+        poll_max: the longest pause between two polls of a waiting dequeue, seconds.
+        housekeeping: seconds between a session's checks for delayed messages that
+            became due and lapsed locks, per queue (always done before giving up).
+    """
+
+    lock_timeout: float = 120.0
+    max_message_size: int = 1024 * 1024
+    poll_max: float = 0.02
+    housekeeping: float = 0.2
+
+
+class Session:
+    """One user's session on one state store (see the module docstring).
+
+    Create it with :func:`connect`. Not thread-safe: use one session per thread.
+    """
+
+    def __init__(self, store: StateStore, *, user: str | None = None, site: str | None = None,
+                 rules: RulesLookup | None = None, settings: Settings | None = None) -> None:
+        self.store = store
+        self.user = agent_name(user) or None
+        self.site = site
+        self.settings = settings or Settings()
+        self.id = uuid.uuid4().hex[:16]
+        self._rules = rules
+        self._prefix = locks.txn_prefix(self.id)
+        self._serial = itertools.count(1)
+        self._txn: str | None = None
+        self._pending: list[EQ.Pending] = []
+        self._held: dict[int, str] = {}
+        self._cursors: dict[tuple[str, str], DQ.Cursor] = {}
+        self._housekept: dict[str, float] = {}
+        self._renewed = 0.0
+        self._postgres = store.dialect == "postgresql"
+        self.last_active = time.monotonic()
+        self.closed = False
+
+    # -- state ---------------------------------------------------------------------------
+    @property
+    def transaction_id(self) -> str:
+        """The id of the session's current transaction (what its locks carry)."""
+        if self._txn is None:
+            self._txn = f"{self._prefix}:{next(self._serial)}"
+        return self._txn
+
+    @property
+    def in_transaction(self) -> bool:
+        """Whether the session has uncommitted enqueues or dequeues."""
+        return bool(self._pending or self._held)
+
+    @property
+    def idle_seconds(self) -> float:
+        """Seconds since the session's last call (the IDAP service rolls back at 120)."""
+        return time.monotonic() - self.last_active
+
+    def _touch(self) -> None:
+        if self.closed:
+            raise MessagePropertyError(f"session {self.id} is closed")
+        self.last_active = time.monotonic()
+
+    def _queue(self, queue: str) -> str:
+        from changeflow.messaging.model import queue_name
+
+        name = queue_name(queue)
+        base, _, site = name.partition("@")
+        if site and self.site and site != self.site:
+            raise MessagePropertyError(
+                f"queue {queue} is at site {site}; this session is connected to site "
+                f"{self.site} (connect to {site} to use it)")
+        return base
+
+    def _expires(self, now: dt.datetime) -> dt.datetime:
+        return now + dt.timedelta(seconds=self.settings.lock_timeout)
+
+    def _renew(self, conn: Connection, now: dt.datetime) -> None:
+        if self._held and time.monotonic() - self._renewed > self.settings.lock_timeout / 4:
+            locks.renew(conn, self.transaction_id, self._expires(now))
+            self._renewed = time.monotonic()
+
+    # -- enqueue -------------------------------------------------------------------------
+    def enqueue(self, queue: str, payload: Any,
+                properties: MessageProperties | dict[str, Any] | None = None, *,
+                type_name: str | None = None, visibility: str = Visibility.ON_COMMIT,
+                commit: bool = False, **props: Any) -> str:
+        """Enqueue one message; returns its message id.
+
+        Args:
+            queue: ``owner.name`` (or ``owner.name@site`` of this session's site).
+            payload: the payload, typed after the queue's payload type (see
+                :mod:`changeflow.messaging.types`).
+            properties: :class:`MessageProperties` or a dict of them; keywords
+                (``priority=``, ``delay=``, ``expiration=``, ``correlation=``,
+                ``recipients=``, ``exception_queue=``, ``sender=``, ``msg_id=``)
+                override them.
+            type_name: the payload's type on an ANYDATA queue (default: inferred).
+            visibility: ON_COMMIT (with the session's transaction) or IMMEDIATE (now,
+                as a transaction of its own).
+            commit: commit the session's transaction in the same call.
+
+        Raises:
+            QueueNotFoundError, QueueStoppedError, UnknownTypeError, PayloadTypeError,
+            MessagePropertyError, MessageTooLargeError, SecurityError,
+            NoRecipientsError: the message is refused and nothing changes.
+        """
+        ids = self.enqueue_array(queue, [payload], [MessageProperties.of(properties, **props)],
+                                 type_name=type_name, visibility=visibility, commit=commit)
+        return ids[0]
+
+    def enqueue_array(self, queue: str, payloads: Sequence[Any],
+                      properties: MessageProperties | dict[str, Any] | None
+                      | Sequence[MessageProperties | dict[str, Any] | None] = None, *,
+                      type_name: str | None = None, visibility: str = Visibility.ON_COMMIT,
+                      commit: bool = False) -> list[str]:
+        """Enqueue several messages (``DBMS_AQ.ENQUEUE_ARRAY``); returns their ids.
+
+        ``properties`` is one set for every message, or one per message. Every message
+        is checked before any is kept: one bad message refuses the whole array.
+        """
+        self._touch()
+        name = self._queue(queue)
+        if properties is None or isinstance(properties, (MessageProperties, dict)):
+            plist = [MessageProperties.of(properties)] * len(payloads)
+        else:
+            if len(properties) != len(payloads):
+                raise MessagePropertyError(
+                    f"{len(payloads)} payloads but {len(properties)} message properties")
+            plist = [MessageProperties.of(p) for p in properties]
+        vis = Visibility.parse(visibility)
+        alone = vis is Visibility.IMMEDIATE or (commit and not self.in_transaction)
+        ctx = self.store.begin() if alone else self.store.read()
+        with ctx as conn:
+            now = utcnow()
+            props = D.queue(conn, name)
+            prepared = [EQ.prepare(conn, self.store, props, p, pr, type_name=type_name,
+                                   user=self.user, max_size=self.settings.max_message_size,
+                                   now=now) for p, pr in zip(payloads, plist, strict=True)]
+            if alone:
+                txn = self.transaction_id if commit else f"{self._prefix}:{next(self._serial)}"
+                written = EQ.write(conn, self.store, prepared, txn, now)
+        if alone:
+            if commit:
+                self._reset()
+            self._signal(written)
+            return [m.msg_id for m in prepared]
+        self._pending.extend(prepared)
+        if commit:
+            self.commit()
+        return [m.msg_id for m in prepared]
+
+    # -- dequeue -------------------------------------------------------------------------
+    def dequeue(self, queue: str, *, consumer: str | None = None,
+                mode: str = DequeueMode.REMOVE, navigation: str = Navigation.NEXT_MESSAGE,
+                wait: float | str | None = FOREVER,
+                selector: Selector | str | dict[str, Any] | None = None,
+                correlation: str | None = None, msg_id: str | None = None,
+                condition: str | None = None, visibility: str = Visibility.ON_COMMIT,
+                commit: bool = False) -> Message | None:
+        """Dequeue (or browse) one message; ``None`` when none arrived within ``wait``.
+
+        Args:
+            consumer: the consumer (agent) name; required on multi-consumer queues,
+                refused on single-consumer ones.
+            mode: BROWSE, LOCKED, REMOVE (default) or REMOVE_NODATA.
+            navigation: FIRST_MESSAGE, NEXT_MESSAGE (default) or NEXT_TRANSACTION.
+            wait: FOREVER (default, -1 or None), NO_WAIT (0) or seconds; a waiting
+                dequeue returns as soon as a message arrives.
+            selector: a :class:`Selector`, a condition text, or a dict; or give
+                ``correlation``, ``msg_id``, ``condition`` directly.
+            visibility: ON_COMMIT (part of the session's transaction) or IMMEDIATE.
+            commit: commit the session's transaction in the same call.
+
+        Raises:
+            QueueNotFoundError, QueueStoppedError, NotSubscribedError, SecurityError,
+            SelectorError, MessagePropertyError, CapturedMessageError,
+            EndOfGroupError: nothing is dequeued.
+        """
+        self._touch()
+        name = self._queue(queue)
+        mode_, nav = DequeueMode.parse(mode), Navigation.parse(navigation)
+        vis = Visibility.parse(visibility)
+        if mode_ is DequeueMode.LOCKED and vis is Visibility.IMMEDIATE:
+            raise MessagePropertyError("LOCKED mode needs ON_COMMIT visibility: an IMMEDIATE "
+                                       "lock would end with the call")
+        sel = Selector.of(selector)
+        if correlation or msg_id or condition:
+            base = sel or Selector()
+            sel = Selector(correlation or base.correlation, msg_id or base.msg_id,
+                           condition or base.condition)
+        seconds = wait_seconds(wait)
+        immediate = vis is Visibility.IMMEDIATE or (commit and not self.in_transaction
+                                                    and mode_ is not DequeueMode.LOCKED)
+        spec = _Spec(name, agent_name(consumer), mode_, nav, sel, immediate)
+        msg = self._wait(spec, seconds)
+        if commit and not immediate:
+            self.commit()
+        elif commit:
+            self._reset()
+        return msg
+
+    def dequeue_array(self, queue: str, max_messages: int, **options: Any) -> list[Message]:
+        """Dequeue up to ``max_messages`` (``DBMS_AQ.DEQUEUE_ARRAY``).
+
+        Waits (``wait=``) only for the first message; then takes what is available.
+        """
+        out: list[Message] = []
+        commit = options.pop("commit", False)
+        for i in range(max(0, int(max_messages))):
+            msg = self.dequeue(queue, **({**options, "wait": 0} if i else options))
+            if msg is None:
+                break
+            out.append(msg)
+            if options.get("navigation") == Navigation.FIRST_MESSAGE:
+                options["navigation"] = Navigation.NEXT_MESSAGE
+        if commit:
+            self.commit()
+        return out
+
+    def _wait(self, spec: _Spec, seconds: float | None) -> Message | None:
+        deadline = None if seconds is None else time.monotonic() + seconds
+        pause, first = 0.002, True
+        while True:
+            seen = notify.generation(self.store.url, spec.queue)
+            msg = self._attempt(spec, first)
+            if msg is not None:
+                return msg
+            first = False
+            left = None if deadline is None else deadline - time.monotonic()
+            if left is not None and left <= 0:
+                return None
+            notify.wait(self.store.url, spec.queue, seen,
+                        pause if left is None else min(pause, left))
+            pause = min(pause * 2, self.settings.poll_max)
+
+    def _attempt(self, spec: _Spec, first: bool) -> Message | None:
+        browse = spec.mode is DequeueMode.BROWSE
+        ctx = self.store.read() if browse else self.store.begin()
+        with ctx as conn:
+            now = utcnow()
+            props = D.queue(conn, spec.queue)
+            if not props.dequeue_enabled:
+                raise QueueStoppedError(
+                    f"queue {props.name} is stopped for dequeue; start it with "
+                    f"`changeflow aq start-queue {props.name}`")
+            req = self._request(conn, props, spec, now, check=first)
+            if not browse:
+                self._renew(conn, now)
+                self._housekeep(conn, props.name, now, force=False)
+            cursor = self._cursors.setdefault((spec.queue, spec.consumer), DQ.Cursor())
+            if spec.navigation is Navigation.FIRST_MESSAGE:
+                cursor.key = cursor.group = None
+            taken, discard = DQ.find(conn, self.store.url, req, cursor, now, self._postgres)
+            if taken is None and not browse and self._housekeep(conn, props.name, now,
+                                                                  force=True):
+                taken, discard = DQ.find(conn, self.store.url, req, cursor, now,
+                                         self._postgres)
+            if taken is None:
+                if discard and not browse:
+                    DQ.take_discards(conn, discard)
+                if first and not props.is_exception:
+                    _refuse_captured(conn, props.name)
+                return None
+            DQ.take(conn, req, taken, discard, now)
+            msg = DQ.to_message(conn, self.store.url, req, taken)
+            DQ.advance(cursor, req, taken.row)
+        if not browse and not spec.immediate:
+            self._held[taken.row.id] = "L" if spec.mode is DequeueMode.LOCKED else "R"
+            if len(self._held) == 1:
+                self._renewed = time.monotonic()
+        return msg
+
+    def _request(self, conn: Connection, props: D.QueueProps, spec: _Spec, now: dt.datetime,
+                 *, check: bool) -> DQ.Request:
+        client = None
+        if props.multiple_consumers and not props.is_exception:
+            sub = _subscriber(conn, props, spec.consumer, check=check)
+            if sub is not None and sub.kind == "messaging_client":
+                client = self._client_rules(spec.consumer)
+        elif check and spec.consumer and not props.multiple_consumers:
+            raise MessagePropertyError(
+                f"queue {props.name} has a single consumer: dequeue without a consumer name")
+        if check:
+            privileges.check(conn, props, self.user, "DEQUEUE",
+                             spec.consumer if props.multiple_consumers else None)
+        condition = None
+        if spec.selector is not None and spec.selector.condition:
+            qtype = D.message_type(conn, self.store.url, props.payload_type)
+            fields = qtype.field_names if qtype.kind == T.OBJECT else None
+            condition = C.compile_condition(spec.selector.condition, fields)
+        return DQ.Request(props, spec.consumer, spec.mode, spec.navigation, spec.selector,
+                          condition, self.transaction_id, spec.immediate, self._expires(now),
+                          client)
+
+    def _client_rules(self, consumer: str) -> DQ.ClientRules:
+        found = self._rules(consumer) if self._rules is not None else None
+        if found is None:
+            raise MessagePropertyError(
+                f"{consumer} is a messaging client: its rule sets come from the pipeline's "
+                "rules file; connect with the pipeline configuration "
+                "(messaging.connect(cfg, ...))")
+        return found
+
+    def _housekeep(self, conn: Connection, queue: str, now: dt.datetime, *, force: bool) -> bool:
+        """Make due delayed messages READY and roll lapsed locks back (throttled)."""
+        last = self._housekept.get(queue, 0.0)
+        if not force and time.monotonic() - last < self.settings.housekeeping:
+            return False
+        self._housekept[queue] = time.monotonic()
+        changed = locks.promote(conn, now, queue)
+        reclaimed = locks.reclaim(conn, now, queue)
+        return changed + reclaimed["retried"] + reclaimed["unlocked"] > 0
+
+    # -- transaction -----------------------------------------------------------------------
+    def commit(self) -> None:
+        """Commit: make the enqueues visible and the dequeues final, together.
+
+        Raises:
+            TransactionExpiredError: the session's locks lapsed (it was idle longer than
+                ``lock_timeout``) and another session may have taken its messages; the
+                whole transaction is rolled back.
+            QueueNotFoundError: a queue was dropped since the enqueue (nothing committed).
+        """
+        self._touch()
+        if not self.in_transaction:
+            self._reset()
+            return
+        txn = self.transaction_id
+        want = {"R": sum(1 for m in self._held.values() if m == "R"),
+                "L": sum(1 for m in self._held.values() if m == "L")}
+        try:
+            with self.store.begin() as conn:
+                now = utcnow()
+                written = EQ.write(conn, self.store, self._pending, txn, now) \
+                    if self._pending else {}
+                if self._held:
+                    done = locks.finish(conn, txn, now)
+                    if done != want:
+                        raise _Lapsed(f"held {want}, still locked {done}")
+        except _Lapsed as exc:
+            self.rollback()
+            raise TransactionExpiredError(
+                f"transaction {txn} of session {self.id} lapsed (idle more than "
+                f"{self.settings.lock_timeout:g} s, or rolled back by the time manager): its "
+                f"locks were released ({exc}); nothing was committed") from None
+        self._reset()
+        self._signal(written)
+
+    def rollback(self) -> None:
+        """Roll back: drop the enqueues, put dequeued messages back (retry count + 1)."""
+        self._touch()
+        if self._held:
+            with self.store.begin() as conn:
+                locks.release(conn, locks.held_by(self.transaction_id), utcnow())
+        self._reset()
+
+    def _reset(self) -> None:
+        self._pending = []
+        self._held = {}
+        self._txn = None
+
+    def _signal(self, written: dict[str, list[str]]) -> None:
+        for queue, ids in written.items():
+            notify.signal(self.store.url, queue, ids)
+
+    # -- notifications and lifecycle ---------------------------------------------------------
+    def register(self, queue: str, notify_url: str, *,
+                 consumer: str | None = None) -> notify.Registration:
+        """Ask to be notified at ``notify_url`` when a message for ``consumer`` arrives.
+
+        The registration is stored; the IDAP service delivers notifications.
+        """
+        self._touch()
+        name = self._queue(queue)
+        with self.store.read() as conn:
+            D.queue(conn, name)
+        return notify.register(self.store, name, agent_name(consumer), notify_url, self.user)
+
+    def unregister(self, queue: str, notify_url: str, *, consumer: str | None = None) -> bool:
+        """Remove a registration. Returns whether one was removed."""
+        self._touch()
+        return notify.unregister(self.store, self._queue(queue), agent_name(consumer),
+                                 notify_url)
+
+    def close(self) -> None:
+        """Roll back whatever is uncommitted and close the session."""
+        if not self.closed:
+            self.rollback()
+            self.closed = True
+
+    def __enter__(self) -> Session:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        return (f"Session(id={self.id!r}, user={self.user!r}, store={self.store.safe_url!r}, "
+                f"in_transaction={self.in_transaction})")
+
+
+class _Lapsed(Exception):
+    """Commit found fewer locks than the session took."""
+
+
+@dataclass(frozen=True)
+class _Spec:
+    queue: str
+    consumer: str
+    mode: DequeueMode
+    navigation: Navigation
+    selector: Selector | None
+    immediate: bool
+
+
+def _subscriber(conn: Connection, props: D.QueueProps, consumer: str,
+                *, check: bool) -> D.Subscriber | None:
+    if not consumer:
+        raise MessagePropertyError(
+            f"queue {props.name} has multiple consumers: name the consumer (consumer=...)")
+    subs = [s for s in D.subscribers(conn, props.name) if s.name == consumer and not s.address]
+    if subs:
+        return subs[0]
+    if check:
+        M = S.messages
+        addressed = conn.execute(select(M.c.id).where(
+            M.c.queue == props.name, M.c.consumer == consumer, M.c.address == "").limit(1)).first()
+        if addressed is None:
+            names = ", ".join(s.name for s in D.subscribers(conn, props.name) if not s.address)
+            raise NotSubscribedError(
+                f"{consumer} is not a subscriber of queue {props.name} (subscribers: "
+                f"{names or 'none'}) and no message is addressed to it")
+    return None
+
+
+def _refuse_captured(conn: Connection, queue: str) -> None:
+    B = schema.queue_batches
+    n, msgs = conn.execute(select(func.count(), func.coalesce(func.sum(B.c.n_messages), 0)).where(
+        B.c.queue == queue, B.c.path != "", B.c.state == "ready", B.c.n_messages > 0)).one()
+    if n:
+        raise CapturedMessageError(
+            f"queue {queue} holds {msgs} captured messages (LCRs in {n} batches) and no user "
+            "message for this consumer: captured messages can be dequeued only by an apply "
+            "process (seed 001)")
+
+
+def connect(target: PipelineConfig | StateStore | str, user: str | None = None, *,
+            site: str | None = None, lock_timeout: float | None = None,
+            max_message_size: int | None = None, poll_max: float | None = None,
+            rules: RulesLookup | None = None) -> Session:
+    """Open a messaging session.
+
+    Args:
+        target: a pipeline configuration (its ``messaging`` section is applied to the
+            site's store first, and its rules file gives messaging clients their rule
+            sets), a :class:`~changeflow.state.StateStore`, or a state-store URL.
+        user: the database user the session acts as (secure queues check it).
+        site: the site to connect to, when the configuration declares several.
+        lock_timeout, max_message_size, poll_max: override :class:`Settings`.
+        rules: messaging clients' rule sets by name (default: the pipeline's rules file).
+    """
+    overrides: dict[str, Any] = {k: v for k, v in (
+        ("lock_timeout", lock_timeout), ("max_message_size", max_message_size),
+        ("poll_max", poll_max)) if v is not None}
+    if isinstance(target, (StateStore, str)):
+        store = target if isinstance(target, StateStore) else StateStore(target)
+        return Session(store, user=user, site=site, rules=rules,
+                       settings=replace(Settings(), **overrides))
+    from changeflow.messaging.declare import setup, site_of
+
+    name, rt = site_of(target, site)
+    setup(target)
+    mc = target.messaging
+    settings = replace(Settings(lock_timeout=mc.lock_timeout,
+                                max_message_size=mc.max_message_size), **overrides)
+    return Session(rt.store, user=user, site=name, rules=rules or _config_rules(target),
+                   settings=settings)
+
+
+def _config_rules(cfg: PipelineConfig) -> RulesLookup:
+    def lookup(consumer: str) -> DQ.ClientRules | None:
+        from changeflow.clients import registry
+
+        reg = registry(cfg)
+        if reg is None:
+            return None
+        for name, client in reg.clients.items():
+            if agent_name(name) == consumer and client.type == "dequeue":
+                return reg.client(name).evaluate
+        return None
+
+    return lookup

@@ -1,0 +1,135 @@
+"""The time manager, like Oracle's QMON: what happens to messages while nobody dequeues.
+
+One pass (:func:`run_once`) over a state store:
+
+1. delayed messages (and rolled-back ones waiting for ``retry_delay``) whose time
+   has come become READY;
+2. messages past their expiration move to the exception queue as EXPIRED;
+3. transactions whose locks lapsed (``lock_timeout`` without a call from their
+   session) or whose process on this host is gone are rolled back: their REMOVE
+   dequeues come back with ``retry_count + 1`` (past ``max_retries``: EXPIRED);
+4. consumed messages kept for ``retention_time`` are deleted once it has passed;
+5. propagation and replay receipts older than ``receipt_days`` are forgotten.
+
+Dequeues already make due delayed messages visible and roll lapsed locks back on the
+queue they read, so consumers never depend on the time manager; it keeps states,
+depths and the exception queue right for the queues nobody is reading.
+
+How it runs (any of these; passes are idempotent and may overlap safely):
+
+* ``changeflow aq time-manager`` (a loop, every ``--interval`` seconds; ``--once``
+  for one pass): for a service manager or a container;
+* :func:`start_background` in a long-running process (e.g. the IDAP service);
+* an Airflow task calling :func:`run_config` (see ``docs/messaging.md``).
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import logging
+import threading
+from dataclasses import asdict, dataclass
+
+from sqlalchemy import and_, delete, select
+from sqlalchemy.engine import Connection
+
+from changeflow.messaging import locks
+from changeflow.messaging.constants import State
+from changeflow.state import StateStore, schema, utcnow
+from changeflow.state import schema_messaging as S
+
+log = logging.getLogger(__name__)
+M = S.messages
+Q = schema.queues
+
+
+@dataclass
+class Report:
+    """What one pass did."""
+
+    ready: int = 0
+    expired: int = 0
+    rolled_back: int = 0
+    exceeded: int = 0
+    purged: int = 0
+    receipts: int = 0
+
+    def as_dict(self) -> dict[str, int]:
+        """The counts by name."""
+        return asdict(self)
+
+    @property
+    def changed(self) -> int:
+        """How many messages changed state."""
+        return self.ready + self.expired + self.rolled_back + self.purged
+
+
+def run_once(store: StateStore, now: dt.datetime | None = None, *,
+             receipt_days: float = 7.0) -> Report:
+    """One time-manager pass over a store (one database transaction)."""
+    report = Report()
+    with store.begin() as conn:
+        now = now or utcnow()
+        report.ready = locks.promote(conn, now)
+        report.expired = locks.expire(conn, now)
+        back = locks.reclaim(conn, now)
+        report.rolled_back, report.exceeded = back["retried"], back["exceeded"]
+        report.purged = _purge_retained(conn, now)
+        report.receipts = int(conn.execute(delete(S.received).where(
+            S.received.c.received_at < now - dt.timedelta(days=receipt_days))).rowcount or 0)
+    if report.changed:
+        log.info("time manager %s: %s", store.safe_url, report.as_dict())
+    return report
+
+
+def _purge_retained(conn: Connection, now: dt.datetime) -> int:
+    total = 0
+    queues = conn.execute(select(M.c.queue).where(M.c.state == State.PROCESSED.value)
+                          .distinct()).all()
+    for (queue,) in queues:
+        row = conn.execute(select(Q.c.retention_time).where(Q.c.name == queue)).first()
+        keep = float(row.retention_time) if row is not None else 0.0
+        done = conn.execute(delete(M).where(and_(
+            M.c.queue == queue, M.c.state == State.PROCESSED.value,
+            M.c.state_time <= now - dt.timedelta(seconds=keep))))
+        total += int(done.rowcount or 0)
+    return total
+
+
+def run_forever(stores: list[StateStore], interval: float = 1.0,
+                stop: threading.Event | None = None) -> None:
+    """Run passes every ``interval`` seconds until ``stop`` is set (or forever).
+
+    A pass that fails (the store is unreachable) is logged and retried next time.
+    """
+    stop = stop or threading.Event()
+    while not stop.is_set():
+        for store in stores:
+            try:
+                run_once(store)
+            except Exception:  # noqa: BLE001  (keep running: the next pass retries)
+                log.exception("time manager pass on %s failed", store.safe_url)
+        stop.wait(interval)
+
+
+def start_background(stores: list[StateStore], interval: float = 1.0) -> threading.Event:
+    """Run the time manager in a daemon thread; set the returned event to stop it."""
+    stop = threading.Event()
+    thread = threading.Thread(target=run_forever, args=(stores, interval, stop),
+                              name="changeflow-aq-time-manager", daemon=True)
+    thread.start()
+    return stop
+
+
+def run_config(config_path: str) -> dict[str, dict[str, int]]:
+    """One pass over every site of a pipeline configuration (for an Airflow task).
+
+    Returns the report of each site, by site name.
+    """
+    from changeflow.config import load_config
+    from changeflow.messaging.declare import setup
+    from changeflow.sites import site
+
+    cfg = load_config(config_path)
+    setup(cfg)
+    return {name: run_once(site(cfg, name).store).as_dict() for name in cfg.sites}
