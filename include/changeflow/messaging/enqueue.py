@@ -116,14 +116,21 @@ def prepare(conn: Connection, store: StateStore, props: D.QueueProps, payload: A
             "(messaging.max_message_size)")
     sender = properties.sender.name if properties.sender else None
     privileges.check(conn, props, user, "ENQUEUE", sender)
-    recipients = _recipients(conn, store, props, properties, mtype, text, raw)
+    recipients = choose_recipients(conn, store, props, properties, mtype, text, raw)
     return Pending(props.name, properties.msg_id or uuid.uuid4().hex, mtype.name, text, raw,
                    size, properties, recipients, now, properties.msg_id is not None)
 
 
-def _recipients(conn: Connection, store: StateStore, props: D.QueueProps,
-                properties: MessageProperties, mtype: T.TypeDef, text: str | None,
-                raw: bytes | None) -> tuple[tuple[str, str], ...]:
+def choose_recipients(conn: Connection, store: StateStore, props: D.QueueProps,
+                      properties: MessageProperties, mtype: T.TypeDef, text: str | None,
+                      raw: bytes | None) -> tuple[tuple[str, str], ...]:
+    """The (consumer, address) deliveries of a message (see the module docstring).
+
+    Raises:
+        MessagePropertyError: a recipient list on a single-consumer queue.
+        NoRecipientsError: a multi-consumer queue, no recipient list, no subscriber
+            accepting the message.
+    """
     if not props.multiple_consumers:
         if properties.recipients:
             raise MessagePropertyError(

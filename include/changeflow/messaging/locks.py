@@ -27,7 +27,7 @@ import socket
 from collections.abc import Iterable
 from typing import Any
 
-from sqlalchemy import and_, delete, or_, select, update
+from sqlalchemy import and_, delete, select, update
 from sqlalchemy.engine import Connection
 from sqlalchemy.sql.elements import ColumnElement
 
@@ -71,14 +71,20 @@ def renew(conn: Connection, txn_id: str, expires: dt.datetime) -> int:
     return int(done.rowcount or 0)
 
 
-def finish(conn: Connection, txn_id: str, now: dt.datetime) -> dict[str, int]:
-    """Commit a transaction's dequeues. Returns the rows finished by mode (R, L)."""
+def finish(conn: Connection, txn_id: str, now: dt.datetime, *,
+           mode: str = "R") -> dict[str, int]:
+    """Commit a transaction's dequeues (or a propagation's sends, ``mode="P"``).
+
+    Rows locked in ``mode`` are consumed (deleted, or PROCESSED while the queue retains
+    them); the transaction's other locks are released. Returns the counts by mode
+    (``{mode: consumed, "L": unlocked}``).
+    """
     removed = 0
     queues = [r[0] for r in conn.execute(select(M.c.queue).where(
-        M.c.lock_txn == txn_id, M.c.lock_mode == "R").distinct())]
+        M.c.lock_txn == txn_id, M.c.lock_mode == mode).distinct())]
     for queue in queues:
         props = D.queue(conn, queue, allow_dropped=True)
-        mine = and_(M.c.lock_txn == txn_id, M.c.lock_mode == "R", M.c.queue == queue)
+        mine = and_(M.c.lock_txn == txn_id, M.c.lock_mode == mode, M.c.queue == queue)
         if props.retention_time > 0:
             done = conn.execute(update(M).where(mine).values(
                 state=State.PROCESSED.value, state_time=now, **_UNLOCK))
@@ -86,7 +92,7 @@ def finish(conn: Connection, txn_id: str, now: dt.datetime) -> dict[str, int]:
             done = conn.execute(delete(M).where(mine))
         removed += int(done.rowcount or 0)
     unlocked = conn.execute(update(M).where(M.c.lock_txn == txn_id).values(**_UNLOCK))
-    return {"R": removed, "L": int(unlocked.rowcount or 0)}
+    return {mode: removed, "L": int(unlocked.rowcount or 0)}
 
 
 def release(conn: Connection, where: ColumnElement[bool], now: dt.datetime) -> dict[str, int]:
@@ -225,8 +231,3 @@ def _chunks(items: list[int], n: int) -> Iterable[list[int]]:
 def held_by(txn_id: str) -> ColumnElement[bool]:
     """The rows a transaction holds."""
     return M.c.lock_txn == txn_id
-
-
-def lapsed_or(txn_id: str, now: dt.datetime) -> ColumnElement[bool]:
-    """Rows free for ``txn_id``: unlocked, its own, or whose lock lapsed."""
-    return or_(M.c.lock_txn.is_(None), M.c.lock_txn == txn_id, M.c.lock_expires <= now)

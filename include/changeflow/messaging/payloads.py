@@ -77,7 +77,7 @@ def _bad(where: str, value: Any, ftype: FieldType, why: str = "") -> PayloadType
     shown = repr(value)
     if len(shown) > 60:
         shown = shown[:57] + "..."
-    return PayloadTypeError(f"field {where}: {shown} is not a {ftype}{why}")
+    return PayloadTypeError(f"field {where}: {shown} is not a valid {ftype}{why}")
 
 
 def coerce(value: Any, ftype: FieldType, where: str) -> Any:

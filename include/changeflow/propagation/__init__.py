@@ -36,6 +36,7 @@ from typing import TYPE_CHECKING
 
 from changeflow import faults, fs, quality
 from changeflow.config import PipelineConfig, PropagationSpec
+from changeflow.messaging.propagate import propagate_user_messages
 from changeflow.queues import io as qio
 from changeflow.sites import consumer_name, open_pipeline, queue_site
 from changeflow.state.leases import Lease
@@ -101,8 +102,9 @@ def propagate_once(
     spec: PropagationSpec = cfg.component("propagation", name)
     src_rt, _ = queue_site(cfg, spec.source_queue)
     with Lease(src_rt.store, f"propagation:{name}", wait=lease_wait) as lease:
-        return _propagate(spark, cfg, spec, lease, rule_filter, max_batches,
-                          crash_after_destination_commit)
+        result = _propagate(spark, cfg, spec, lease, rule_filter, max_batches,
+                            crash_after_destination_commit)
+        return propagate_user_messages(cfg, spec, lease, result)
 
 
 def _propagate(spark: SparkSession, cfg: PipelineConfig, spec: PropagationSpec, lease: Lease,

@@ -28,7 +28,7 @@ from sqlalchemy import (
 )
 
 from changeflow.state.schema import ID, metadata
-from changeflow.state.steps import Step, create_tables
+from changeflow.state.steps import Step, create_indexes, create_tables
 
 queue_tables = Table(
     "cf_aq_queue_tables",
@@ -109,6 +109,9 @@ ix_messages_state_time = Index("ix_cf_aq_messages_state", messages.c.state,
 ix_messages_lock = Index("ix_cf_aq_messages_lock", messages.c.lock_txn)
 ix_messages_correlation = Index("ix_cf_aq_messages_corr", messages.c.queue,
                                 messages.c.correlation)
+# Deliveries waiting for a propagation: looked up by address on every propagation pass.
+ix_messages_address = Index("ix_cf_aq_messages_address", messages.c.address, messages.c.queue,
+                            messages.c.state)
 
 subscribers = Table(
     "cf_aq_subscribers",
@@ -168,4 +171,5 @@ MIGRATIONS = [
             "propagation receipts, notification registrations",
          create_tables(queue_tables, message_types, messages, subscribers, agents, privileges,
                        received, registrations)),
+    Step(2, "index of deliveries by remote address", create_indexes(ix_messages_address)),
 ]
