@@ -69,7 +69,10 @@ def rule_filter(
     pair = rule_sets(cfg, kind, name)
     if pair is None or (pair.positive is None and pair.negative is None):
         return None
-    return pair.filter
+    from changeflow.obs.rulestats import observed
+    from changeflow.transform.client import with_transformations
+
+    return observed(kind, name, pair, with_transformations(pair))
 
 
 def check_references(cfg: PipelineConfig) -> None:

@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any
 from changeflow.clients import check_references
 from changeflow.config import PipelineConfig, load_config
 from changeflow.errors import EXIT_FAILED, EXIT_OK, exit_code, is_transient
+from changeflow.obs.runs import recorded
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -33,6 +34,7 @@ def rule_filter_for(
     return rule_filter(cfg, kind, name)
 
 
+@recorded
 def run_component(spark: SparkSession, cfg: PipelineConfig, kind: str, name: str, *,
                   lease_wait: float = 0.0) -> Any:
     """Run one capture, propagation, apply or demo verification once.

@@ -206,8 +206,10 @@ def column_types(groups: list[SurveyGroup], source: DebeziumSource) -> dict[str,
 def _key(g: SurveyGroup, declared: Any, source: DebeziumSource) -> list[str]:
     if declared is not None and declared.key:
         return list(declared.key)
-    if g.key_columns:
+    if g.key_columns and json.loads(g.key_columns):
         return [E.source_name(k) for k in json.loads(g.key_columns)]
+    if g.op == E.Op.TRUNCATE.value:
+        return []
     raise DebeziumFileError(
         f"{_short(g.file)}: table {g.owner}.{g.table} has no key: Debezium events do not "
         f"carry it; declare it in the capture's source (tables: [{{name: {g.owner}."

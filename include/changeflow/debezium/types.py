@@ -127,14 +127,14 @@ def from_postgres(type_name: str, *, decimal_handling_mode: str = "precise",
                   where: str = "column") -> FieldType:
     """The type Debezium's PostgreSQL connector writes for a PostgreSQL column type.
 
-    An LCR logical type name (``VARCHAR2``, ``NUMBER``, ...) is accepted too: it means
-    what a changeflow export writes.
+    An LCR logical type name in upper case (``VARCHAR2``, ``NUMBER``, ...) is accepted
+    too: it means what a changeflow export writes.
 
     Raises:
         UnsupportedColumnTypeError: a type without an LCR logical type, or unknown.
     """
-    if type_name.upper() in lcr.LOGICAL_TYPES:
-        return for_logical(type_name.upper())
+    if type_name in lcr.LOGICAL_TYPES:
+        return for_logical(type_name)
     m = _PG.match(type_name.lower())
     if m is None or m.group(5):
         raise UnsupportedColumnTypeError(f"{where}: unknown or unsupported PostgreSQL type "

@@ -57,6 +57,9 @@ class RuleDecl(_Model):
     action_context: dict[str, str] = {}
     message_type: str | None = None
     rule_type: str | None = None
+    # Declarative rule-based transformations (changeflow.transform), kept in the action
+    # context under STREAMS$_INTERNAL_TRANS as Oracle keeps them.
+    transformations: list[dict[str, Any]] = []
 
 
 class RuleSetDecl(_Model):
@@ -114,8 +117,18 @@ def registry_from_dict(data: Any, *, file: str | None = None) -> RuleRegistry:
         raise ConfigError(first["msg"], file=file, key=key) from None
     reg = RuleRegistry(sequence=decl.sequence)
     for name, r in decl.rules.items():
+        context = dict(r.action_context)
+        if r.transformations:
+            from changeflow.transform import model as transform_model
+
+            try:
+                transform_model.parse(name, r.transformations)
+            except transform_model.TransformDefinitionError as exc:
+                raise ConfigError(str(exc), file=file, key=f"rules.{name}.transformations") \
+                    from None
+            context[transform_model.INTERNAL_KEY] = transform_model.encode(r.transformations)
         try:
-            reg.add_rule(Rule(name, r.condition, dict(r.action_context), r.message_type,
+            reg.add_rule(Rule(name, r.condition, context, r.message_type,
                               r.rule_type))  # fmt: skip
         except (RuleError, RuleDefinitionError) as exc:
             raise ConfigError(str(exc), file=file, key=f"rules.{name}.condition") from None
@@ -151,10 +164,17 @@ def _add_client(reg: RuleRegistry, name: str, c: ClientDecl, file: str | None) -
 
 def registry_to_dict(reg: RuleRegistry) -> dict[str, Any]:
     """The declarations of a registry, as :func:`registry_from_dict` reads them."""
+    from changeflow.transform import model as transform_model
+
+    def context(r: Rule) -> dict[str, str]:
+        return {k: v for k, v in r.action_context.items() if k != transform_model.INTERNAL_KEY}
+
     decl = RulesFile(
         rules={
-            r.name: RuleDecl(condition=r.condition, action_context=dict(r.action_context),
-                             message_type=r.message_type, rule_type=r.rule_type)  # fmt: skip
+            r.name: RuleDecl(condition=r.condition, action_context=context(r),
+                             message_type=r.message_type, rule_type=r.rule_type,
+                             transformations=transform_model.decode(
+                                 r.action_context.get(transform_model.INTERNAL_KEY)))
             for r in reg.rules.values()
         },
         rule_sets={

@@ -1,0 +1,11 @@
+"""Rule-based transformations (seed 000 action contexts; SPEC §5).
+
+* :mod:`.model`: declarations (rename table/schema/column, add/delete column, a user
+  function) and their order;
+* :mod:`.declarative`: the declarative kinds as Spark expressions;
+* :mod:`.function`: user Python functions (per message, or DataFrame -> DataFrame);
+* :mod:`.client`: the hook every stage runs after its rule sets;
+* :mod:`.admin`: ``DBMS_STREAMS_ADM``-style definition calls.
+
+See ``docs/transformations.md``.
+"""
