@@ -110,7 +110,8 @@ def test_page_shows_schedules_and_its_actions_take_effect(airflow: AirflowServer
     shot(page, "02-changeflow-page")
     no_error(frame)
     assert frame.locator("[data-testid=pipeline]").input_value() == "b"
-    assert card.locator("[data-testid=state]").inner_text() == "enabled"
+    # the schedule exists (sync) and is enabled, but its DAG is paused at creation
+    assert card.locator("[data-testid=state]").inner_text() == "paused"
     assert card.locator("[data-testid=summary]").inner_text() == \
         "window 5 min every 1 h, latency 20 s"
     assert card.locator("[data-testid=total_number]").inner_text() == "0"
@@ -119,14 +120,15 @@ def test_page_shows_schedules_and_its_actions_take_effect(airflow: AirflowServer
     assert "paused" in card.locator("[data-testid=dag]").inner_text()
 
     store = schedule_store(load_config(airflow.config), "p1")  # type: ignore[attr-defined]
-    card.locator("[data-action=enable], [data-action=disable]").first.wait_for()
-    # enable first: the DAG was paused at creation, the schedule enabled
-    airflow.api("PATCH", f"/api/v2/dags/{DAG}", {"is_paused": False})
-    frame.locator("#refresh").click()
+    paused = lambda: airflow.api("GET", f"/api/v2/dags/{DAG}")["is_paused"]  # noqa: E731
+    card.locator("[data-action=enable]").click()
+    wait_for(lambda: not paused(), "enable did not unpause the DAG")
+    card.locator("[data-testid=state]").filter(has_text="enabled").wait_for()
+    no_error(frame)
+
     card.locator("[data-action=disable]").click()
     wait_for(lambda: store.require("p1").disabled, "disable had no effect on the schedule")
-    wait_for(lambda: airflow.api("GET", f"/api/v2/dags/{DAG}")["is_paused"],
-             "disable did not pause the DAG")
+    wait_for(paused, "disable did not pause the DAG")
     frame.locator("[data-testid=flash]").wait_for(state="visible")
     assert "paused" in frame.locator("[data-testid=flash]").inner_text()
     card.locator("[data-testid=state]").filter(has_text="disabled").wait_for()
@@ -135,8 +137,7 @@ def test_page_shows_schedules_and_its_actions_take_effect(airflow: AirflowServer
 
     card.locator("[data-action=enable]").click()
     wait_for(lambda: not store.require("p1").disabled, "enable had no effect on the schedule")
-    wait_for(lambda: not airflow.api("GET", f"/api/v2/dags/{DAG}")["is_paused"],
-             "enable did not unpause the DAG")
+    wait_for(lambda: not paused(), "enable did not unpause the DAG")
     card.locator("[data-testid=state]").filter(has_text="enabled").wait_for()
     no_error(frame)
 

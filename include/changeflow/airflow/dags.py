@@ -127,6 +127,9 @@ def pipeline_dag(spec: dict[str, Any], root: Path) -> Any:
                 for p in previous:
                     p >> t
             previous = tasks or previous
+        for name, ups in spec.get("upstream", {}).items():  # directed networks
+            for up in ups:
+                dag.get_task(f"propagation__{up}") >> dag.get_task(f"propagation__{name}")
     return dag
 
 

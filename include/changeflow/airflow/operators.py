@@ -101,7 +101,7 @@ class ChangeflowSparkSubmitOperator(SparkSubmitOperator):
     def classify(self, exc: AirflowException) -> AirflowException:
         """The exception the retry policy sees for a failed spark-submit."""
         code = exit_code_of(exc)
-        head = str(exc).split(". Error code", 1)[0][-300:]
+        head = job_error(str(exc)) or str(exc).split(". Error code", 1)[0][-300:]
         if code in self.skip_exits:
             return AirflowSkipException(f"nothing attempted (exit {code}): see the log")
         if code == EXIT_TRANSIENT:
@@ -111,6 +111,18 @@ class ChangeflowSparkSubmitOperator(SparkSubmitOperator):
                 "failure accounted for by the job (exit 1)"
             return TerminalJobError(f"{what}, not retried: {head}")
         return exc
+
+
+def job_error(text: str) -> str | None:
+    """The job's own one-line error (``changeflow <kind> <name>: error (...): ...``) in a log.
+
+    >>> job_error("Cannot execute: x. Error code is: 75. tail\\nchangeflow window p: error "
+    ...           "(transient, retry later): store down\\nmore")
+    'changeflow window p: error (transient, retry later): store down'
+    """
+    found = [line.strip() for line in text.replace("\\n", "\n").splitlines()
+             if line.strip().startswith("changeflow ") and ": error (" in line]
+    return found[-1][:500] if found else None
 
 
 def manual_window(s: model.Schedule, run_after: dt.datetime) -> tuple[dt.datetime, dt.datetime]:

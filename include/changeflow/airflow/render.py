@@ -46,7 +46,20 @@ def pipeline_spec(
         "spark": dict(cfg.spark),
         "schedules": {p.name: schedule_literal(p.schedule) for p in cfg.propagations},
         "alerts": alerts_literal(cfg),
+        **({"upstream": up} if (up := upstream(cfg)) else {}),
     }
+
+
+def upstream(cfg: PipelineConfig) -> dict[str, list[str]]:
+    """Per propagation, the propagations filling its source queue (a directed network:
+    the pipeline DAG runs them first)."""
+    out = {}
+    for p in cfg.propagations:
+        feeding = [q.name for q in cfg.propagations
+                   if cfg.qualify(q.destination_queue) == cfg.qualify(p.source_queue)]
+        if feeding:
+            out[p.name] = feeding
+    return out
 
 
 def alerts_literal(cfg: PipelineConfig) -> dict[str, Any]:

@@ -52,6 +52,9 @@ class Alert:
         if self.event == DISABLED:
             return (f"[changeflow] schedule of {self.propagation} DISABLED after "
                     f"{self.failures} consecutive failures")
+        if self.event in ("task_failed", "task_retry"):
+            what = "up for retry" if self.event == "task_retry" else "failed"
+            return f"[changeflow] Airflow task of {self.propagation} {what} (try {self.failures})"
         return f"[changeflow] propagation window of {self.propagation} failed ({self.failures})"
 
     @property

@@ -32,15 +32,19 @@ UNDELIVERABLE_COLUMNS = (
 
 
 def state_of(row: dict[str, Any]) -> str:
-    """The one-word state of a schedule row.
+    """The one-word state of a schedule row (with its DAG's pause state, when known).
 
     >>> state_of({"disabled": True, "disabled_reason": "failures"})
     'auto-disabled'
     >>> state_of({"disabled": False, "failures": 2, "process": None})
     'failing'
+    >>> state_of({"disabled": False, "dag_paused": True})
+    'paused'
     """
     if row.get("disabled"):
         return "auto-disabled" if row.get("disabled_reason") == "failures" else "disabled"
+    if row.get("dag_paused"):
+        return "paused"  # enabled, but its DAG is paused in Airflow: no window runs
     if row.get("process"):
         return "running"
     if row.get("failures"):
@@ -66,10 +70,9 @@ def schedule_rows(cfg: PipelineConfig, pipeline: str | None = None,
         stale = clear_stale_process(store, p.name)
         row = store.require(p.name)
         d = row.as_dict()
-        d["state"] = state_of(d)
         d["stale_process_cleared"] = stale
         d["source_queue"], d["destination_queue"] = p.source_queue, p.destination_queue
-        if row.next_run is not None and row.next_run < now and not row.disabled:
+        if not row.disabled and (row.next_run is None or row.next_run < now):
             d["next_run"] = _next_window_start(row, now)
         if pipeline is not None:
             d["dag_id"] = dag_id(pipeline, p.name)
@@ -80,6 +83,7 @@ def schedule_rows(cfg: PipelineConfig, pipeline: str | None = None,
                         st.known, st.paused, len(st.in_flight))
                 except Exception as exc:  # noqa: BLE001 (shown, never fatal to the listing)
                     d["dag_error"] = str(exc).splitlines()[0][:300]
+        d["state"] = state_of(d)
         out.append(d)
     return out
 

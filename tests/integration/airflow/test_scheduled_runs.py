@@ -18,7 +18,6 @@ import http.server
 import json
 import os
 import signal
-import subprocess
 import threading
 import time
 from collections.abc import Iterator
@@ -45,11 +44,11 @@ queues:
   - {name: strmadmin.bq, site: site1}
   - {name: strmadmin.bq, site: site2}
 propagations:
-  # a 25-second window every 40 seconds: the scheduler starts one soon
+  # a 15-second window every 30 seconds: the scheduler starts one soon
   - name: live
     source_queue: strmadmin.q@site1
     destination_queue: strmadmin.q@site2
-    schedule: {duration: 25, next_time: 40, latency: 1}
+    schedule: {duration: 15, next_time: 30, latency: 1}
   # one 30-second window a day at 00:00: no scheduled run during the test, only backfills
   - name: daily
     source_queue: strmadmin.bq@site1
@@ -148,7 +147,8 @@ def test_plugin_registers_once_and_schedules_exist_before_any_run(
     rows = {r["propagation"]: r for r in json.loads(listed[listed.index("["):])}
     assert set(rows) == {"live", "daily"}
     assert rows["daily"]["summary"] == "window 30 s every 1 d, latency 1 s"
-    assert rows["live"]["state"] == "enabled" and rows["live"]["dag_paused"] is True
+    # enabled, but the DAG is paused at creation: the state says so
+    assert rows["live"]["state"] == "paused" and rows["live"]["dag_paused"] is True
 
 
 def test_scheduled_window_runs_green_and_delivers(airflow: AirflowServer, project: Path) -> None:
@@ -221,10 +221,19 @@ def test_transient_start_failure_retried_after_30_s_and_notified(
         airflow: AirflowServer, receivers: Any) -> None:
     mail, hook = receivers
     airflow.wait_for_dag(BAD)
-    airflow.api("PATCH", f"/api/v2/dags/{BAD}", {"is_paused": False})
-    made = airflow.api("POST", f"/api/v2/dags/{BAD}/dagRuns", {"logical_date": None})
-    ti_path = f"/api/v2/dags/{BAD}/dagRuns/{made['dag_run_id']}/taskInstances/window"
+    airflow.api("PATCH", f"/api/v2/dags/{BAD}", {"is_paused": False})  # the open segment runs
+    try:
+        _retried_and_notified(airflow, mail, hook)
+    finally:
+        airflow.api("PATCH", f"/api/v2/dags/{BAD}", {"is_paused": True})
+
+
+def _retried_and_notified(airflow: AirflowServer, mail: MailReceiver, hook: Any) -> None:
     deadline = time.monotonic() + 180
+    while not (runs := airflow.runs(BAD)):
+        assert time.monotonic() < deadline, "no run of the broken pipeline"
+        time.sleep(1)
+    ti_path = f"/api/v2/dags/{BAD}/dagRuns/{runs[0]['dag_run_id']}/taskInstances/window"
     while airflow.api("GET", ti_path)["state"] != "up_for_retry":
         assert time.monotonic() < deadline, airflow.api("GET", ti_path)
         time.sleep(1)
@@ -239,16 +248,25 @@ def test_transient_start_failure_retried_after_30_s_and_notified(
     log = airflow.api("GET", f"{ti_path}/logs/1?full_content=true")
     text = json.dumps(log)
     assert "transient failure (exit 75)" in text and "retry in 0:00:30" in text, text[-3000:]
-    airflow.api("PATCH", f"/api/v2/dags/{BAD}", {"is_paused": True})
+    assert "File exists" in hook.messages[0]["error"]  # the job's own error, not the command
 
 
 def _window_jobs(name: str) -> list[tuple[int, int, str]]:
-    out = subprocess.run(["ps", "-eo", "pid=,ppid=,args="], capture_output=True, text=True).stdout
+    """(pid, parent pid, command line) of the Python window jobs of a propagation."""
     rows = []
-    for line in out.splitlines():
-        pid, ppid, args = line.split(None, 2)
-        if "propagation_window.py" in args and f"--name {name}" in args and "java" not in args:
-            rows.append((int(pid), int(ppid), args))
+    for proc in Path("/proc").iterdir():
+        if not proc.name.isdigit():
+            continue
+        try:
+            argv = (proc / "cmdline").read_bytes().split(b"\0")
+            stat = (proc / "stat").read_text()
+        except OSError:
+            continue
+        args = " ".join(a.decode(errors="replace") for a in argv if a)
+        if ("propagation_window.py" in args and f"--name {name} " in f"{args} "
+                and "java" not in argv[0].decode(errors="replace")):
+            ppid = int(stat.rsplit(")", 1)[1].split()[1])
+            rows.append((int(proc.name), ppid, args))
     return rows
 
 

@@ -134,10 +134,11 @@ function backfillForm(r) {
 }
 function scheduleCard(r) {
   const name = r.propagation;
-  const toggle = r.disabled
+  const off = r.disabled || r.dag_paused;
+  const toggle = off
     ? el("button", { class: "btn", "data-action": "enable" }, "Enable")
     : el("button", { class: "btn danger", "data-action": "disable" }, "Disable");
-  toggle.addEventListener("click", () => act(name, r.disabled ? "enable" : "disable", {}, toggle));
+  toggle.addEventListener("click", () => act(name, off ? "enable" : "disable", {}, toggle));
   const trig = el("button", { class: "btn ghost", "data-action": "trigger" }, "Trigger now");
   trig.addEventListener("click", () => act(name, "trigger", {}, trig));
   const formBtn = (key, label) => {
@@ -152,6 +153,7 @@ function scheduleCard(r) {
   else if (r.dag_known) dag = `${r.dag_paused ? "paused" : "active"}, ${r.runs_in_flight} run(s) in flight`;
   const lines = [];
   if (r.state === "auto-disabled") lines.push(el("div", { class: "alertline", "data-testid": "reason" }, `Disabled automatically after ${r.failures} consecutive failures. Fix the cause, then enable. Last error: ${r.last_error_msg || "-"}`));
+  else if (r.state === "paused") lines.push(el("div", { class: "note", "data-testid": "reason" }, "The schedule is enabled but its DAG is paused in Airflow: no window runs. Enable unpauses it."));
   else if (r.state === "disabled") lines.push(el("div", { class: "note", "data-testid": "reason" }, `Disabled (${r.disabled_reason || "user"}): no new windows.`));
   if (r.failures && r.state !== "auto-disabled") lines.push(el("div", { class: "alertline", "data-testid": "failing" }, `${r.failures} consecutive failure(s); next retry ${relativeTime(r.next_retry)}. Last error ${relativeTime(r.last_error_time)}: ${r.last_error_msg}`));
   if (r.stale_process_cleared) lines.push(el("div", { class: "note" }, `A stale process entry (${r.stale_process_cleared}) was cleared: that window job is gone.`));
