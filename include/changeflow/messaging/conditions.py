@@ -134,6 +134,10 @@ class _Rewriter:
                 raise self.error(tok, f"{tok.text} is not available here: conditions read "
                                       "user messages (tab.user_data.field, :msg.field or a "
                                       "message property such as priority)")
+            if self._seq(T.BIND, T.DOT) and self.tokens[self.i + 2].type is not T.EOF:
+                end = self.tokens[self.i + 2].end  # :msg.field, as written
+                self.out.add(self.source[tok.offset:end], tok.offset, end - tok.offset)
+                return 3
             self.out.add(tok.text, tok.offset, tok.end - tok.offset)
             return 1
         if tok.type is not T.IDENT or nxt.type is T.LPAREN:
