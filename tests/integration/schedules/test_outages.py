@@ -148,8 +148,8 @@ def test_destination_staging_root_missing_under_live_batches(
     root = Path(rt.spec.staging_root)
     moved = root.with_name("staging.unmounted")
     probe.enqueue_probes(cfg, SRC, ["first"], scn=1)
-    first = run_window(spark, cfg, "p", start=T0 - dt.timedelta(hours=2),
-                       end=T0 - dt.timedelta(hours=1))
+    past = dt.datetime.now(dt.UTC) - dt.timedelta(hours=2)
+    first = run_window(spark, cfg, "p", start=past, end=past + dt.timedelta(hours=1))
     assert first.ok and probe.arrived(cfg, DST, "apply:ap") == ["first"]
     report, row = outage_window(spark, cfg, lambda: root.rename(moved),
                                 lambda: moved.rename(root), "gone")
@@ -166,7 +166,8 @@ def test_dropped_destination_queue_marks_messages_undeliverable(
     rt.catalog.drop_queue(q, force=True)
     probe.enqueue_probes(cfg, SRC, ["lost"], scn=5)
     store = ensure_schedule(cfg, "p", T0)
-    report = run_window(spark, cfg, "p", start=T0 - dt.timedelta(hours=1), end=T0)
+    past = dt.datetime.now(dt.UTC) - dt.timedelta(hours=2)
+    report = run_window(spark, cfg, "p", start=past, end=past + dt.timedelta(hours=1))
     assert report.undeliverable == 1 and report.ok
     [rec] = store.undeliverable("p")
     assert rec["state"] == "UNDELIVERABLE" and DST.split("@")[0] in rec["error_message"]
