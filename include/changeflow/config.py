@@ -22,6 +22,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from changeflow.debezium.config import DebeziumSource
 from changeflow.errors import ConfigError
+from changeflow.mcq.config import McqConfig
 from changeflow.messaging.config import MessagingConfig
 
 _ENV = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)(?::-([^}]*))?\}")
@@ -270,6 +271,7 @@ class PipelineConfig(_Model):
     rules: str | None = None
     quality: QualityConfig = QualityConfig()
     alerts: AlertsConfig = AlertsConfig()
+    mcq: McqConfig | None = None
     messaging: MessagingConfig = MessagingConfig()
     spark: dict[str, str] = {}
     source_path: str | None = None

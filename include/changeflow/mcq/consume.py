@@ -1,0 +1,194 @@
+"""Consuming changes: ``get_changes``, ``ack_change`` and ``put_back`` (seed Figure 1).
+
+A :class:`Worker` is one consumer process (or thread) of a listener. ``get_changes``
+hands it the listener's next entry, in ``entry_number`` order, real-time entries
+before bulk ones, skipping entries held until a later time; at the end of the queue
+it returns a record whose ``change_type`` is ``None``.
+
+Handing an entry out *claims* it in the same statement: ``claimed_by`` is set to the
+worker and ``hold_until`` to now plus the listener's claim timeout, so a second worker
+of the same listener skips it (on PostgreSQL the row is picked with ``FOR UPDATE SKIP
+LOCKED``, so concurrent workers do not even wait for each other; on SQLite writers
+take turns). A worker that dies before its ack leaves the entry held until the claim
+times out, then it is handed out again: nothing is lost, and listeners are
+idempotent by contract. ``ack_change`` clears ``queue_name`` (the entry leaves the
+pending index) and sets ``proc_date``; ``put_back`` raises ``retry_count`` and holds
+the entry until a given time. Both check that the entry is still this worker's.
+
+Every ``get_changes`` also marks the listener alive for the process monitor, at most
+once per mark interval (the seed's throttled ``Mark_Process``).
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import uuid
+from typing import TYPE_CHECKING, Any
+
+from sqlalchemy import bindparam, or_, select, update
+from sqlalchemy.engine import Connection
+
+from changeflow.mcq.conn import statement
+from changeflow.mcq.model import (
+    AlreadyAckedError,
+    BadChangeError,
+    ChangeRec,
+    McqError,
+    NotYourEntryError,
+    aware,
+    end_of_queue,
+    rec_from_row,
+)
+from changeflow.mcq.origin import call_stack
+from changeflow.mcq.registry import require_listener
+from changeflow.state.schema import utcnow
+from changeflow.state.schema_mcq import listeners, queue
+
+if TYPE_CHECKING:
+    from changeflow.mcq.monitor import Marker
+    from changeflow.state import StateStore
+
+Q, L = queue, listeners
+
+
+def _claim_statement(by_table: bool) -> Any:
+    cond = [Q.c.queue_name == bindparam("listener"),
+            or_(Q.c.hold_until.is_(None), Q.c.hold_until <= bindparam("now"))]
+    if by_table:
+        cond.append(Q.c.tname == bindparam("b_tname"))
+    nxt = (select(Q.c.entry_number).where(*cond).order_by(Q.c.lane, Q.c.entry_number)
+           .limit(1).with_for_update(skip_locked=True).scalar_subquery())
+    return (update(Q).where(Q.c.entry_number == nxt)
+            .values(hold_until=bindparam("until"), claimed_by=bindparam("worker"))
+            .returning(*Q.c))
+
+
+_CLAIM = {False: _claim_statement(False), True: _claim_statement(True)}
+_MINE = [Q.c.entry_number == bindparam("n"), Q.c.proc_name == bindparam("listener"),
+         Q.c.queue_name.isnot(None), Q.c.claimed_by == bindparam("worker")]
+_ACK = update(Q).where(*_MINE).values(queue_name=None, proc_date=bindparam("now"),
+                                      hold_until=None)
+_PUT_BACK = update(Q).where(*_MINE).values(retry_count=Q.c.retry_count + 1,
+                                           hold_until=bindparam("hold"), claimed_by=None)
+
+
+class Worker:
+    """One worker of a listener: gets, acks and puts back that listener's changes.
+
+    Args:
+        store: the state store holding the MCQ.
+        listener: the listener's ``proc_name``.
+        marker: the throttled process-monitor mark (None: do not mark).
+        worker_id: a name for this worker (default: a random one per worker).
+    """
+
+    def __init__(self, store: StateStore, listener: str, *, marker: Marker | None = None,
+                 worker_id: str | None = None):
+        self.store = store
+        self.listener = listener
+        self.marker = marker
+        self.id = worker_id or f"w-{uuid.uuid4().hex[:16]}"
+        self.claim_timeout: float | None = None
+
+    def _first_call(self, conn: Connection) -> None:
+        row = require_listener(conn, self.listener)
+        self.claim_timeout = float(row["claim_timeout"])
+        if row["stack_date"] is None:
+            conn.execute(update(L).where(L.c.proc_name == self.listener).values(
+                call_stack=call_stack(label=f"listener {self.listener}"), stack_date=utcnow()))
+
+    def get_changes(self, tname: str | None = None) -> ChangeRec:
+        """The listener's next change (claimed by this worker), or the end-of-queue record.
+
+        Raises:
+            UnknownListenerError: the listener is not registered.
+        """
+        if self.claim_timeout is None:
+            with self.store.begin() as first:
+                self._first_call(first)
+        assert self.claim_timeout is not None
+        now = utcnow()
+        with statement(self.store) as conn:
+            params = {"listener": self.listener, "now": now, "worker": self.id,
+                      "until": now + dt.timedelta(seconds=self.claim_timeout)}
+            if tname is not None:
+                params["b_tname"] = tname.upper()
+            row = conn.execute(_CLAIM[tname is not None], params).first()
+        if self.marker is not None:
+            self.marker.mark()
+        return end_of_queue(self.listener) if row is None else rec_from_row(row._mapping)
+
+    def _check(self, rec: ChangeRec, action: str) -> int:
+        if rec.is_end or rec.entry_number is None:
+            raise McqError(f"{action}: the end-of-queue record of {rec.proc_name!r} is not an "
+                           "entry (loop until change_type is None, then stop)")
+        if rec.proc_name != self.listener:
+            raise NotYourEntryError(
+                f"{action} of entry {rec.entry_number}: it belongs to listener "
+                f"{rec.proc_name!r}, not to {self.listener!r}; nothing was changed")
+        return rec.entry_number
+
+    def _refused(self, conn: Connection, n: int, action: str) -> McqError:
+        row = conn.execute(select(Q.c.proc_name, Q.c.queue_name, Q.c.claimed_by,
+                                  Q.c.proc_date).where(Q.c.entry_number == n)).first()
+        what = f"{action} of entry {n} by listener {self.listener!r} (worker {self.id})"
+        if row is None:
+            return McqError(f"{what}: there is no such entry (purged?); nothing was changed")
+        if row.proc_name != self.listener:
+            return NotYourEntryError(f"{what}: it belongs to listener {row.proc_name!r}; "
+                                     "nothing was changed")
+        if row.queue_name is None:
+            return AlreadyAckedError(f"{what}: it was already processed at "
+                                     f"{aware(row.proc_date)}; nothing was changed")
+        holder = row.claimed_by or "nobody (it was put back)"
+        return NotYourEntryError(f"{what}: it is held by {holder}, not by this worker (its "
+                                 "claim timed out and it was handed out again, or this worker "
+                                 "never got it); nothing was changed")
+
+    def ack_change(self, rec: ChangeRec) -> None:
+        """Mark an entry this worker got as processed.
+
+        Raises:
+            NotYourEntryError: another listener's or worker's entry.
+            AlreadyAckedError: it was already processed.
+        """
+        n = self._check(rec, "ack")
+        with statement(self.store) as conn:
+            done = conn.execute(_ACK, {"n": n, "listener": self.listener, "worker": self.id,
+                                       "now": utcnow()}).rowcount
+            if not done:
+                raise self._refused(conn, n, "ack")
+
+    def put_back(self, rec: ChangeRec, hold_until: dt.datetime | None = None, *,
+                 delay: float | None = None) -> dt.datetime | None:
+        """Give an entry back: its ``retry_count`` rises and it waits until ``hold_until``
+        (or ``delay`` seconds from now; neither: available at once).
+
+        Returns:
+            the time it is held until.
+
+        Raises:
+            BadChangeError: ``hold_until`` is in the past, or both or a negative delay given.
+            NotYourEntryError, AlreadyAckedError: as for :meth:`ack_change`.
+        """
+        n = self._check(rec, "put-back")
+        now = utcnow()
+        if hold_until is not None and delay is not None:
+            raise BadChangeError("put-back: give hold_until or delay, not both")
+        if delay is not None:
+            if delay < 0:
+                raise BadChangeError(f"put-back of entry {n}: delay {delay} is negative")
+            hold_until = now + dt.timedelta(seconds=delay)
+        if hold_until is not None:
+            hold_until = aware(hold_until)
+            assert hold_until is not None
+            if hold_until < now - dt.timedelta(seconds=1):
+                raise BadChangeError(
+                    f"put-back of entry {n}: hold_until {hold_until.isoformat()} is in the "
+                    f"past (now {now.isoformat(timespec='seconds')}); nothing was changed")
+        with statement(self.store) as conn:
+            done = conn.execute(_PUT_BACK, {"n": n, "listener": self.listener,
+                                            "worker": self.id, "hold": hold_until}).rowcount
+            if not done:
+                raise self._refused(conn, n, "put-back")
+        return hold_until
