@@ -120,7 +120,7 @@ class AirflowServer:
     def _check_alive(self) -> None:
         for p in self.procs:
             if p.poll() is not None:
-                raise RuntimeError(f"Airflow component {p.args} exited {p.returncode}:\n"
+                raise RuntimeError(f"Airflow component {p.args!r} exited {p.returncode}:\n"
                                    f"{self.logs()}")
 
     def logs(self, tail: int = 4000) -> str:

@@ -10,6 +10,7 @@ failure.
 
 from __future__ import annotations
 
+import builtins
 import datetime as dt
 from dataclasses import dataclass, field, replace
 from typing import Any
@@ -210,7 +211,7 @@ class ScheduleStore:
             c.execute(undeliverable.insert().values(created_at=utcnow(), state="UNDELIVERABLE",
                                                     **values))
 
-    def undeliverable(self, name: str) -> list[dict[str, Any]]:
+    def undeliverable(self, name: str) -> builtins.list[dict[str, Any]]:
         """The UNDELIVERABLE records of a propagation, oldest first."""
         with self.store.read() as c:
             rows = c.execute(select(undeliverable).where(undeliverable.c.propagation == name)

@@ -14,7 +14,7 @@ key per source batch, so a crash and a second attempt copy nothing twice.
 from __future__ import annotations
 
 import logging
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from changeflow.config import PipelineConfig
 from changeflow.errors import (
@@ -109,7 +109,7 @@ def exception_queue(queue: str) -> str:
 
 
 def _copy_tree(spark: SparkSession, src: str, dst: str) -> None:
-    jvm = spark.sparkContext._jvm  # type: ignore[attr-defined]
+    jvm: Any = spark.sparkContext._jvm  # type: ignore[attr-defined]
     conf = spark.sparkContext._jsc.hadoopConfiguration()  # type: ignore[attr-defined]
     sp, dp = jvm.org.apache.hadoop.fs.Path(src), jvm.org.apache.hadoop.fs.Path(dst)
     jvm.org.apache.hadoop.fs.FileUtil.copy(
