@@ -7,7 +7,8 @@ ENV := $(ROOT)/scripts/env.sh
 STAMP := $(VENV)/.installed
 PYTHON ?= python3
 
-.PHONY: setup demo test test-fast bench airflow lint typecheck render clean system-deps
+.PHONY: setup demo test test-fast bench airflow lint typecheck render clean system-deps \
+	cluster demo-3site
 
 ## setup: system packages, the virtualenv with pinned requirements, the package itself
 setup: $(STAMP)
@@ -32,6 +33,14 @@ test: setup
 
 test-fast: setup
 	$(ENV) $(PY) -m pytest -q tests -m "not slow and not airflow and not postgres"
+
+## cluster: the demo DAG on a Spark standalone cluster (master + 2 workers), state on PostgreSQL
+cluster: setup
+	$(ENV) $(PY) -m changeflow.testing.cluster_demo
+
+## demo-3site: the demo as a directed network of three sites (config/demo-3site.yaml)
+demo-3site: setup
+	$(ENV) bash scripts/demo-3site.sh
 
 ## bench: benchmarks; results in bench-results.json
 bench: setup

@@ -43,7 +43,7 @@ FIELDS = [
     {"type": "int32", "optional": True, "name": "io.debezium.time.Date", "field": "born"},
     {"type": "bytes", "optional": True, "field": "photo"},
     {"type": "boolean", "optional": True, "field": "active"},
-    {"type": "double", "optional": True, "field": "score"},
+    {"type": "float64", "optional": True, "field": "score"},
 ]
 SCHEMA = {"type": "struct", "name": "inv.inventory.customers.Envelope", "optional": False,
           "fields": [{"type": "struct", "fields": FIELDS, "optional": True, "field": "before"},
