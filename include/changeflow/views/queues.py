@@ -8,6 +8,8 @@ with their positions; and the exception queue's contents.
 
 from __future__ import annotations
 
+import bisect
+import itertools
 from typing import Any
 
 from sqlalchemy import case, func, select
@@ -95,18 +97,20 @@ def consumers(cfg: PipelineConfig, component: str | None = None) -> list[dict[st
             continue
         rt = site(cfg, q.site)
         with rt.store.read() as c:
-            live = (B.c.queue == q.name) & (B.c.path != "") & (B.c.state == "ready")
-            pending = (select(C.c.consumer, func.count(B.c.seq).label("nb"),
-                              func.coalesce(func.sum(B.c.n_messages), 0).label("nm"))
-                       .select_from(C.outerjoin(B, live & (B.c.seq > C.c.position)))
-                       .where(C.c.queue == q.name).group_by(C.c.consumer).subquery())
-            rows = c.execute(select(C, pending.c.nb, pending.c.nm)
-                             .join(pending, pending.c.consumer == C.c.consumer)
-                             .where(C.c.queue == q.name).order_by(C.c.consumer)).all()
+            # one read of the live batches, then a binary search per consumer: the
+            # backlog of 100 consumers over 10,000 batches costs one scan, not 100
+            live = c.execute(select(B.c.seq, B.c.n_messages).where(
+                B.c.queue == q.name, B.c.path != "", B.c.state == "ready")
+                .order_by(B.c.seq)).all()
+            rows = c.execute(select(C).where(C.c.queue == q.name).order_by(C.c.consumer)).all()
+        seqs = [r.seq for r in live]
+        after = list(itertools.accumulate((r.n_messages for r in reversed(live)), initial=0))
         for r in rows:
+            first = bisect.bisect_right(seqs, r.position)
+            nb = len(seqs) - first
             out.append({"queue": f"{q.name}@{q.site}", "consumer": r.consumer, "kind": r.kind,
-                        "position": int(r.position), "pending_batches": int(r.nb),
-                        "pending_messages": int(r.nm), "updated_at": aware(r.updated_at)})
+                        "position": int(r.position), "pending_batches": nb,
+                        "pending_messages": int(after[nb]), "updated_at": aware(r.updated_at)})
     return out
 
 

@@ -1,0 +1,195 @@
+"""Benchmarks of operations (issue 17).
+
+* ``ops.debezium_capture``: capturing Debezium change-event files (the PostgreSQL
+  connector's JSON with schemas, as a Kafka Connect sink writes them) into a queue, in
+  the default configuration (quality checks on, a capture rule set), as a throughput
+  ratio to a raw ``spark.read.json(...).write.parquet(...)`` of the same files in the
+  same run. Target >= 0.6.
+* ``ops.view.<name>``: each dictionary view over a state store holding 10,000 batches
+  and 100 consumers (and runs, lag histograms, capture progress); the time of the view
+  as a ratio to the existing ``queues show`` read of the same store (``catalog.info``).
+  Target: every view under 0.5 s.
+"""
+
+from __future__ import annotations
+
+import base64
+import datetime as dt
+import json
+import random
+import tempfile
+import textwrap
+import time
+from pathlib import Path
+from typing import Any
+
+SCHEMA = {"type": "struct", "optional": False, "name": "pg1.shop.orders.Envelope", "fields": [
+    {"type": "struct", "optional": True, "field": f, "name": "pg1.shop.orders.Value", "fields": [
+        {"type": "int64", "optional": False, "field": "id"},
+        {"type": "string", "optional": True, "field": "customer"},
+        {"type": "bytes", "optional": True, "name": "org.apache.kafka.connect.data.Decimal",
+         "parameters": {"scale": "2"}, "field": "amount"},
+        {"type": "int64", "optional": True, "name": "io.debezium.time.MicroTimestamp",
+         "field": "placed"},
+        {"type": "boolean", "optional": True, "field": "paid"},
+        {"type": "float64", "optional": True, "field": "weight"}]} for f in ("before", "after")]}
+
+
+def _amount(cents: int) -> str:
+    return base64.b64encode(cents.to_bytes(max(1, (cents.bit_length() + 8) // 8), "big",
+                                           signed=True)).decode()
+
+
+def write_events(root: Path, n: int, files: int = 8) -> None:
+    """``n`` create/update events of one table, schemas included, in ``files`` files."""
+    head = json.dumps(SCHEMA, separators=(",", ":"))
+    rng = random.Random(7)
+    per = n // files
+    lsn = 10_000
+    for f in range(files):
+        d = root / "pg1.shop.orders"
+        d.mkdir(parents=True, exist_ok=True)
+        lines = []
+        for i in range(f * per, (f + 1) * per):
+            lsn += 100
+            row = {"id": i % (n // 2), "customer": f"customer-{rng.randint(1, 5000)}",
+                   "amount": _amount(rng.randint(-10**6, 10**8)),
+                   "placed": 1_700_000_000_000_000 + i * 1000, "paid": i % 3 == 0,
+                   "weight": rng.random() * 10}
+            op = "c" if i < n // 2 else "u"
+            src = {"version": "2.7.0.Final", "connector": "postgresql", "name": "pg1",
+                   "ts_ms": 1_700_000_000_000 + i, "snapshot": "false", "db": "shop",
+                   "sequence": f'["{lsn - 50}","{lsn}"]', "schema": "shop", "table": "orders",
+                   "txId": 1000 + i // 4, "lsn": lsn, "xmin": None}
+            payload = {"before": None, "after": row, "source": src, "op": op,
+                       "ts_ms": 1_700_000_000_500 + i}
+            lines.append('{"schema":' + head + ',"payload":' +
+                         json.dumps(payload, separators=(",", ":")) + "}")
+        (d / f"pg1.shop.orders+0+{f * per:010d}.json").write_text("\n".join(lines) + "\n")
+
+
+PIPELINE = """
+version: 1
+rules: rules.yaml
+sites:
+  s1: {{staging_root: s1/staging, target_root: s1/targets, state_url: "sqlite:///s1/state.db",
+       database: DBS1.EXAMPLE.COM}}
+queues: [{{name: bench.q, site: s1}}]
+captures:
+  - name: dbz
+    queue: bench.q@s1
+    source: {{type: debezium, database: PG1.EXAMPLE.COM, root: {root},
+              tables: [{{name: shop.orders, key: [id]}}]}}
+"""
+RULES = """
+rules:
+  SHOP: {condition: "((:dml.get_object_owner() = 'SHOP') and :dml.is_null_tag() = 'Y' )"}
+rule_sets: {S: {rules: [SHOP]}}
+clients: {dbz: {type: capture, positive_rule_set: S}}
+"""
+
+
+def debezium_capture(spark: Any, n: int) -> dict[str, Any]:
+    from changeflow.clients import rule_filter
+    from changeflow.config import load_config
+    from changeflow.debezium.capture import run_debezium_capture
+
+    work = Path(tempfile.mkdtemp(prefix="cf-bench-dbz-"))
+    write_events(work / "events", n)
+    raw_times, cap_times = [], []
+    for attempt in range(2):
+        out = work / f"raw{attempt}"
+        t = time.perf_counter()
+        spark.read.json(str(work / "events")).write.parquet(str(out))
+        raw_times.append(time.perf_counter() - t)
+        run = work / f"run{attempt}"
+        run.mkdir()
+        (run / "rules.yaml").write_text(textwrap.dedent(RULES))
+        (run / "p.yaml").write_text(textwrap.dedent(PIPELINE.format(root=work / "events")))
+        cfg = load_config(run / "p.yaml")
+        t = time.perf_counter()
+        result = run_debezium_capture(spark, cfg, "dbz", rule_filter(cfg, "capture", "dbz"))
+        cap_times.append(time.perf_counter() - t)
+        assert result.messages == n, result
+    raw, cap = min(raw_times), min(cap_times)
+    return {"name": "ops.debezium_capture", "events": n, "raw_seconds": round(raw, 2),
+            "capture_seconds": round(cap, 2), "events_per_second": round(n / cap),
+            "ratio": round(raw / cap, 3), "target": ">= 0.6 (throughput ratio)",
+            "baseline": "spark.read.json().write.parquet() of the same files"}
+
+
+def _fill(store_url: str) -> None:
+    """10,000 batches of one queue, 100 consumers, runs, lag histograms, progress."""
+    from changeflow.state import StateStore, schema, schema_obs, utcnow
+
+    store = StateStore(store_url)
+    now = utcnow()
+    B, C = schema.queue_batches, schema.queue_consumers
+    with store.begin() as c:
+        c.execute(B.insert(), [{"queue": "bench.q", "batch_id": f"b{i}", "path": f"/x/b{i}",
+                                "n_messages": 1000, "n_bytes": 50_000, "producer": "capture:cap",
+                                "dedup_key": f"k{i}", "created_at": now,
+                                "oldest_time": now - dt.timedelta(seconds=10_000 - i),
+                                "state": "ready" if i % 97 else "quarantined"}
+                               for i in range(10_000)])
+        c.execute(C.insert(), [{"queue": "bench.q", "consumer": f"user:c{i}", "kind": "user",
+                                "position": i * 100, "updated_at": now} for i in range(99)])
+        c.execute(C.update().where(C.c.consumer == "apply:app").values(position=5000))
+        c.execute(schema_obs.runs.insert(), [
+            {"run_id": f"r{i}", "kind": k, "name": n, "started_at": now, "ended_at": now,
+             "status": "succeeded", "messages": 1000, "batches": 1, "seconds": 1.0}
+            for i in range(2000) for k, n in (("capture", "cap"), ("apply", "app"))])
+        c.execute(schema_obs.lag_hist.insert(), [
+            {"apply": "app", "source_database": "DBS1", "recorded_at": now, "n": 100,
+             "max_seconds": 9.0, "bins": json.dumps({str(300 + j): 5 for j in range(20)})}
+            for _ in range(500)])
+
+
+VIEWS_PIPELINE = """
+version: 1
+sites:
+  s1: {{staging_root: {root}/staging, target_root: {root}/targets,
+       state_url: "sqlite:///{root}/state.db", database: DBS1}}
+queues: [{{name: bench.q, site: s1}}]
+captures:
+  - {{name: cap, queue: bench.q, source: {{type: snapshot, database: DBS1, root: {root}/src,
+      tables: [{{name: hr.t, key: [id]}}]}}}}
+applies: [{{name: app, queue: bench.q}}]
+"""
+
+
+def views(spark: Any, _size: Any) -> list[dict[str, Any]]:
+    from changeflow.config import load_config
+    from changeflow.sites import site
+    from changeflow.views import VIEWS
+
+    root = Path(tempfile.mkdtemp(prefix="cf-bench-views-"))
+    (root / "p.yaml").write_text(textwrap.dedent(VIEWS_PIPELINE.format(root=root)))
+    cfg = load_config(root / "p.yaml")
+    from changeflow.sites import open_pipeline
+
+    open_pipeline(cfg)
+    _fill(cfg.sites["s1"].state_url)
+    catalog = site(cfg, "s1").catalog
+
+    def best(fn: Any) -> float:
+        times = []
+        for _ in range(3):
+            t = time.perf_counter()
+            fn()
+            times.append(time.perf_counter() - t)
+        return min(times)
+
+    base = best(lambda: catalog.info("bench.q"))
+    out = []
+    for name, view in VIEWS.items():
+        seconds = best(lambda view=view: view.fetch(cfg))
+        out.append({"name": f"ops.view.{name}", "seconds": round(seconds, 4),
+                    "ratio": round(seconds / base, 2), "target": "< 0.5 s",
+                    "ok": seconds < 0.5, "baseline": f"catalog.info ({base:.4f} s)"})
+    return out
+
+
+def run(spark: Any, rows: int) -> list[dict[str, Any]]:
+    """Both benchmarks; ``rows`` (the suite size) scales the Debezium files."""
+    return [debezium_capture(spark, max(20_000, rows // 5)), *views(spark, rows)]
