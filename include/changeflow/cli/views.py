@@ -23,7 +23,8 @@ def _command(name: str) -> None:
 
     view = VIEWS[name]
 
-    @views.command(name, help=f"{view.title} (like {view.oracle}); COMPONENT: one {view.component}.")
+    @views.command(name, help=f"{view.title} (like {view.oracle}); COMPONENT: one "
+                   f"{view.component}.")
     @click.argument("component", required=False)
     @click.option("--probe", is_flag=True, help="ask sources for their current position "
                   "(captures: the PostgreSQL lag)") if name == "captures" else (lambda f: f)

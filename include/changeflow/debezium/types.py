@@ -30,7 +30,7 @@ from changeflow import lcr
 from changeflow.errors import TerminalError
 
 if TYPE_CHECKING:
-    from pyspark.sql import Column
+    pass
 
 
 class UnsupportedColumnTypeError(TerminalError):
@@ -53,7 +53,7 @@ class FieldType:
 
     def schema(self) -> dict[str, Any]:
         """The Kafka Connect field schema an export declares for this type."""
-        base: dict[str, Any] = {
+        table: dict[str, dict[str, Any]] = {
             "int": {"type": "int64"}, "bool": {"type": "boolean"},
             "double": {"type": "float64"}, "string": {"type": "string"},
             "bytes": {"type": "bytes"},
@@ -65,8 +65,8 @@ class FieldType:
                       "version": 1},
             "zoned": {"type": "string", "name": "io.debezium.time.ZonedTimestamp",
                       "version": 1},
-        }[self.codec]
-        return dict(base)
+        }
+        return dict(table[self.codec])
 
 
 _SEMANTIC: dict[str, tuple[str, str]] = {

@@ -28,15 +28,15 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
 
-_CONTEXT: contextvars.ContextVar[dict[str, Any]] = contextvars.ContextVar("changeflow_run",
-                                                                          default={})
+_CONTEXT: contextvars.ContextVar[dict[str, Any] | None] = contextvars.ContextVar(
+    "changeflow_run", default=None)
 RUN_LOGGER = "changeflow.run"
 
 
 @contextmanager
 def context(**fields: Any) -> Iterator[None]:
     """Add fields (component, run id, ...) to every structured record inside the block."""
-    token = _CONTEXT.set({**_CONTEXT.get(), **fields})
+    token = _CONTEXT.set({**(_CONTEXT.get() or {}), **fields})
     try:
         yield
     finally:
@@ -45,7 +45,7 @@ def context(**fields: Any) -> Iterator[None]:
 
 def current() -> dict[str, Any]:
     """The run context of the calling code."""
-    return dict(_CONTEXT.get())
+    return dict(_CONTEXT.get() or {})
 
 
 def _plain(v: Any) -> Any:

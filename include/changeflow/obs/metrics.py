@@ -71,11 +71,11 @@ class PipelineCollector(Collector):
                                   labels=["path", "quantile"])
         lag_n = GaugeMetricFamily("changeflow_lag_transactions",
                                   "Transactions measured over the last hour", labels=["path"])
-        for row in lag.lag(cfg):
-            for q in ("p50", "p95"):
-                if row[q] is not None:
-                    lag_s.add_metric([row["path"], q], row[q])
-            lag_n.add_metric([row["path"]], row["transactions"])
+        for path in lag.lag(cfg):
+            for which in ("p50", "p95"):
+                if path[which] is not None:
+                    lag_s.add_metric([path["path"], which], path[which])
+            lag_n.add_metric([path["path"]], path["transactions"])
         yield lag_s
         yield lag_n
         errors = GaugeMetricFamily("changeflow_apply_errors", "Transactions in the apply "

@@ -96,10 +96,12 @@ class Recorder:
 
     def begin(self) -> None:
         with self.rt.store.begin() as c:
-            self.row_id = int(c.execute(R.insert().values(
+            key = c.execute(R.insert().values(
                 run_id=self.run_id, kind=self.kind, name=self.name, started_at=self.started,
                 status="running", process=f"{socket.gethostname()}:{os.getpid()}",
-            )).inserted_primary_key[0])
+            )).inserted_primary_key
+            assert key is not None
+            self.row_id = int(key[0])
         logs.event("start", **self.fields, config=self.cfg.source_path)
         if self.kind == "apply":
             self.pending_txns = _pending_transactions(self)
@@ -269,7 +271,8 @@ def recorded(run: Callable[..., Any]) -> Callable[..., Any]:
                 result = run(spark, cfg, kind, name, *args, **kwargs)
             except BaseException as exc:
                 if rec is not None:
-                    _safely("the run's end", lambda: rec.finish(error=exc))
+                    failure = exc
+                    _safely("the run's end", lambda: rec.finish(error=failure))
                 raise
             if rec is not None:
                 _safely("the run's end", lambda: rec.finish(result=result))

@@ -16,10 +16,10 @@ table, rename schema.
 ...                        "from": "first_name", "to": "given_name"}])
 >>> steps[0].from_column, steps[0].to_column
 ('FIRST_NAME', 'GIVEN_NAME')
->>> parse("R1", [{"type": "drop_column"}])
+>>> parse("R1", [{"type": "drop_column"}])  # doctest: +ELLIPSIS
 Traceback (most recent call last):
 ...
-changeflow.transform.model.TransformDefinitionError: rule R1: transformation 1: unknown type 'drop_column' (one of delete_column, rename_column, add_column, rename_table, rename_schema)
+changeflow.transform.model.TransformDefinitionError: rule R1: transformation 1: unknown type ...
 """
 
 from __future__ import annotations

@@ -25,7 +25,7 @@ COLUMNS = (("capture", "text"), ("source_type", "text", "type"), ("source", "tex
            ("lag", "text"), ("messages_captured", "count", "messages"), ("state", "state"))
 
 
-def _position(kind: str, rows: list[Any]) -> tuple[str | None, Any]:
+def _position(kind: str, rows: Any) -> tuple[str | None, Any]:
     if not rows:
         return None, None
     if kind == "postgres":
@@ -46,7 +46,7 @@ def _local(root: str) -> str | None:
     return path if "://" not in path and os.path.isdir(path) else None
 
 
-def _lag(spec: Any, rows: list[Any], probe: bool) -> str | None:
+def _lag(spec: Any, rows: Any, probe: bool) -> str | None:
     src = spec.source
     if src.type == "snapshot":
         root = _local(src.root)
@@ -64,25 +64,27 @@ def _lag(spec: Any, rows: list[Any], probe: bool) -> str | None:
         root = _local(src.root)
         if root is None:
             return None
-        done = {r.source_object[5:].removeprefix("file:") for r in rows
-                if r.source_object.startswith("file:")}
+        captured = {r.source_object[5:].removeprefix("file:") for r in rows
+                    if r.source_object.startswith("file:")}
         pending = sum(1 for d, _, files in os.walk(root) for f in files
                       if fnmatch.fnmatch(f, src.pattern) and not f.startswith((".", "_"))
-                      and os.path.join(d, f) not in done)
+                      and os.path.join(d, f) not in captured)
         return f"{pending} files"
     if src.type == "postgres" and probe:
         return _pg_lag(src, rows)
     return None
 
 
-def _pg_lag(src: Any, rows: list[Any]) -> str | None:
+def _pg_lag(src: Any, rows: Any) -> str | None:
     from changeflow.capture.pg_decode import lsn_to_int
     from changeflow.pgconn import connect, resolve_url
 
     slot = [r for r in rows if r.source_object.startswith("slot:")]
     try:
-        with connect(resolve_url(src), attempts=1) as conn:
-            current = conn.execute("SELECT pg_current_wal_lsn()::text").fetchone()[0]
+        with connect(resolve_url(src), application_name="changeflow-views",
+                     attempts=1) as conn:
+            row = conn.execute("SELECT pg_current_wal_lsn()::text").fetchone()
+        current = str(row[0]) if row else "0/0"
     except Exception as exc:  # noqa: BLE001  (a view shows what it can)
         return f"unknown ({type(exc).__name__})"
     done = int(slot[0].commit_scn) if slot else 0
@@ -109,8 +111,7 @@ def captures(cfg: PipelineConfig, component: str | None = None, *,
             rows = c.execute(select(CP).where(CP.c.capture == spec.name)).all()
         position, when = _position(spec.source.type, rows)
         src = spec.source
-        where = {"postgres": lambda: f"slot {src.slot}", "snapshot": lambda: src.root,
-                 "debezium": lambda: src.root}[src.type]()
+        where = f"slot {src.slot}" if src.type == "postgres" else src.root
         run = runs.get(spec.name)
         out.append({
             "capture": spec.name, "source_type": src.type, "source": f"{src.database}: {where}",

@@ -10,9 +10,9 @@ from changeflow.config import PipelineConfig
 from changeflow.state import schema_obs
 from changeflow.views.common import SECTIONS, aware, check_component, component_site
 
-COLUMNS = (("client", "text"), ("client_type", "text", "type"), ("rule_set", "text",
-                                                                 "rule set"),
-           ("rule_set_type", "text", "polarity"), ("rule", "text"), ("rule_type", "text", "rule type"),
+COLUMNS = (("client", "text"), ("client_type", "text", "type"),
+           ("rule_set", "text", "rule set"), ("rule_set_type", "text", "polarity"),
+           ("rule", "text"), ("rule_type", "text", "rule type"),
            ("matched", "count", "matched (last run)"),
            ("evaluated", "count", "evaluated (last run)"), ("condition", "text"))
 
