@@ -7,7 +7,7 @@ their columns. A view asked for a component the pipeline does not declare raises
 :class:`~changeflow.views.common.UnknownComponentError`.
 
 >>> sorted(VIEWS)[:3]
-['apply-errors', 'applies', 'captures']
+['applies', 'apply-errors', 'captures']
 """
 
 from __future__ import annotations
