@@ -16,7 +16,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from changeflow.views import captures, flows, lag, queues, rules, runs
+from changeflow.views import captures, flows, lag, messages, queues, rules, runs
 from changeflow.views.common import UnknownComponentError
 
 
@@ -53,6 +53,10 @@ VIEWS: dict[str, View] = {v.name: v for v in (
          lag.COLUMNS, "apply"),
     View("runs", runs.runs, "Recent runs", "DBA_SCHEDULER_JOB_RUN_DETAILS", runs.COLUMNS,
          "component"),
+    View("user-queues", messages.user_queues, "User-message queues", "DBA_QUEUES, AQ$<queue>",
+         messages.USER_QUEUE_COLUMNS, "queue"),
+    View("listeners", messages.listeners, "Meta Change Queue listeners", "MCQ status (seed 004)",
+         messages.LISTENER_COLUMNS, "listener"),
 )}
 
 

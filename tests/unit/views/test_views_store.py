@@ -77,7 +77,8 @@ def test_lag_only_counts_the_last_hour(cfg: Any) -> None:
 
 @pytest.mark.parametrize("view, name", [("captures", "nope"), ("applies", "cap"),
                                         ("queues", "hr.other"), ("rules", "ghost"),
-                                        ("lag", "nope"), ("runs", "nope")])
+                                        ("lag", "nope"), ("runs", "nope"),
+                                        ("user-queues", "hr.none"), ("listeners", "L1")])
 def test_unknown_components_are_refused(cfg: Any, view: str, name: str) -> None:
     with pytest.raises(UnknownComponentError, match=f"named {name!r}"):
         get(view).fetch(cfg, name)
@@ -87,4 +88,4 @@ def test_unknown_view() -> None:
     with pytest.raises(UnknownComponentError, match="no view named 'dba_x'"):
         get("dba_x")
     assert {"captures", "propagations", "applies", "apply-errors", "queues", "consumers",
-            "exceptions", "rules", "lag", "runs"} == set(VIEWS)
+            "exceptions", "rules", "lag", "runs", "user-queues", "listeners"} == set(VIEWS)
