@@ -83,10 +83,29 @@ def propagations(cfg: PipelineConfig, component: str | None = None) -> list[dict
     return out
 
 
-def _errors(rt: Any, apply: str) -> int:
+def _error_queue() -> Any:
+    """The apply area's error queue module, when this installation has it (issue 13)."""
+    try:
+        from changeflow.apply import errorq
+    except ImportError:
+        return None
+    return errorq
+
+
+def _error_rows(rt: Any, apply: str) -> list[dict[str, Any]]:
+    """The apply's error-queue entries: from the apply error queue (``errorq``) when
+    present, else from the original ``cf_apply_errors`` table."""
+    errorq = _error_queue()
+    if errorq is not None:
+        return [e.to_dict() for e in errorq.entries(rt.store, apply)]
     E = schema.apply_errors
     with rt.store.read() as c:
-        return int(c.execute(select(func.count()).where(E.c.apply == apply)).scalar() or 0)
+        rows = c.execute(select(E).where(E.c.apply == apply).order_by(E.c.id)).all()
+    return [dict(r._mapping) for r in rows]
+
+
+def _errors(rt: Any, apply: str) -> int:
+    return len(_error_rows(rt, apply))
 
 
 def applies(cfg: PipelineConfig, component: str | None = None) -> list[dict[str, Any]]:
@@ -132,16 +151,12 @@ def apply_errors(cfg: PipelineConfig, component: str | None = None) -> list[dict
         UnknownComponentError: ``component`` is not an apply of the pipeline.
     """
     check_component(cfg, "apply", component)
-    E = schema.apply_errors
     out = []
     for spec in cfg.applies:
         if component is not None and spec.name != component:
             continue
         rt, _ = queue_site(cfg, spec.queue)
-        with rt.store.read() as c:
-            rows = c.execute(select(E).where(E.c.apply == spec.name).order_by(E.c.id)).all()
-        for r in rows:
-            m = dict(r._mapping)
+        for m in _error_rows(rt, spec.name):
             m["created_at"] = aware(m["created_at"])
             out.append(m)
     return out
