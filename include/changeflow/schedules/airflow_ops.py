@@ -70,6 +70,23 @@ def window_task(name: str, spec: dict[str, Any], root: Path, **callbacks: Any) -
                                      **operator_kwargs(job), **callbacks)
 
 
+def _retry_locked(fn: Any, *args: Any, tries: int = 6, **kwargs: Any) -> Any:
+    """Call ``fn``, retrying while Airflow's SQLite database is locked by the scheduler.
+
+    The embedded metadata database has one writer at a time; a busy scheduler can hold it
+    longer than SQLite's wait. Each try is its own transaction, so a retry repeats nothing.
+    """
+    for attempt in range(tries):
+        try:
+            return fn(*args, **kwargs)
+        except Exception as exc:
+            if "database is locked" not in str(exc) or attempt == tries - 1:
+                raise
+            log.info("Airflow's database is locked; retrying (%d)", attempt + 1)
+            time.sleep(0.5 * (attempt + 1))
+    raise AssertionError("unreachable")  # pragma: no cover
+
+
 @dataclass
 class DagState:
     """What Airflow knows of a DAG: whether it exists, is paused, which runs are in flight."""
@@ -108,6 +125,10 @@ def require_dag(dag: str) -> DagState:
 
 def set_paused(dag: str, paused: bool) -> None:
     """Pause or unpause a DAG (Airflow's own ``airflow dags pause`` code path)."""
+    _retry_locked(_set_paused, dag, paused)
+
+
+def _set_paused(dag: str, paused: bool) -> None:
     from airflow.models.dag import DagModel
     from airflow.utils.session import create_session
 
@@ -200,8 +221,9 @@ def trigger(dag: str, *, note: str | None = None, user: str | None = None,
     if state.paused:
         raise ConfigError(f"the DAG {dag} is paused (its schedule is disabled): Airflow "
                           "would not start the run; enable the schedule first")
-    run = trigger_dag(dag, triggered_by=DagRunTriggeredByType(by), triggering_user_name=user,
-                      run_after=dt.datetime.now(dt.UTC), logical_date=None, note=note)
+    run = _retry_locked(trigger_dag, dag, triggered_by=DagRunTriggeredByType(by),
+                        triggering_user_name=user, run_after=dt.datetime.now(dt.UTC),
+                        logical_date=None, note=note)
     if run is None:
         raise ConfigError(f"Airflow did not create a run of {dag}")
     return str(run.run_id)
@@ -230,9 +252,9 @@ def backfill(dag: str, start: dt.datetime, end: dt.datetime, *,
         raise ConfigError(
             f"the schedule of {dag} is disabled (DAG paused): Airflow runs no run of a paused "
             "DAG, so a backfill would wait unseen. Enable the schedule, then backfill")
-    b = _create_backfill(dag_id=dag, from_date=start, to_date=end, max_active_runs=1,
-                         reverse=False, dag_run_conf=None, triggering_user_name=user,
-                         reprocess_behavior=ReprocessBehavior.FAILED)
+    b = _retry_locked(_create_backfill, dag_id=dag, from_date=start, to_date=end,
+                      max_active_runs=1, reverse=False, dag_run_conf=None,
+                      triggering_user_name=user, reprocess_behavior=ReprocessBehavior.FAILED)
     with create_session() as session:
         n = session.scalar(select(func.count()).select_from(BackfillDagRun).where(
             BackfillDagRun.backfill_id == b.id, BackfillDagRun.dag_run_id.is_not(None)))

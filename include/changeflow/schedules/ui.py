@@ -89,10 +89,10 @@ def schedule_rows(cfg: PipelineConfig, pipeline: str | None = None,
 
 
 def _next_window_start(row: Any, now: dt.datetime) -> dt.datetime:
+    """The start of the next window after ``now`` (an open window is not "next")."""
     from changeflow.schedules import model
 
-    w = model.window_at(row.schedule, now)
-    return now if w is not None else model.next_window(row.schedule, now).start
+    return model.next_window(row.schedule, now + dt.timedelta(microseconds=1)).start
 
 
 def undeliverable_rows(cfg: PipelineConfig) -> list[dict[str, Any]]:
