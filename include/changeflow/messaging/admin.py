@@ -25,7 +25,9 @@ changeflow.messaging.errors.MessagingError: queue table oe.orders_qt still has q
 
 from __future__ import annotations
 
-from typing import Any
+import functools
+from collections.abc import Callable
+from typing import Any, TypeVar
 
 from sqlalchemy import delete, select, update
 from sqlalchemy.engine import Connection
@@ -47,9 +49,23 @@ from changeflow.state import StateStore, schema, utcnow
 from changeflow.state import schema_messaging as S
 
 Target = StateStore | QueueCatalog | Any
+F = TypeVar("F", bound=Callable[..., Any])
 Q = schema.queues
 QT = S.queue_tables
 M = S.messages
+
+
+def _changes(fn: F) -> F:
+    """Tell this process's sessions that the dictionary changed (even when ``fn`` fails)."""
+
+    @functools.wraps(fn)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        try:
+            return fn(*args, **kwargs)
+        finally:
+            D.changed()
+
+    return wrapper  # type: ignore[return-value]
 
 
 def catalog(target: Target) -> QueueCatalog:
@@ -73,6 +89,7 @@ def _store(target: Target) -> StateStore:
 
 
 # -- message types ------------------------------------------------------------------------
+@_changes
 def create_type(target: Target, name: str, fields: dict[str, str] | list[tuple[str, str]], *,
                 comment: str | None = None, if_not_exists: bool = False) -> T.TypeDef:
     """``CREATE TYPE name AS OBJECT (field type, ...)``: a typed payload for queue tables.
@@ -100,6 +117,7 @@ def create_type(target: Target, name: str, fields: dict[str, str] | list[tuple[s
     return tdef
 
 
+@_changes
 def drop_type(target: Target, name: str) -> None:
     """``DROP TYPE``; refused while a queue table or a message uses the type."""
     canonical = T.canonical_type_name(name)
@@ -120,6 +138,7 @@ def drop_type(target: Target, name: str) -> None:
 
 
 # -- queue tables --------------------------------------------------------------------------
+@_changes
 def create_queue_table(target: Target, queue_table: str, payload_type: str, *,
                        sort_list: str = "enq_time", multiple_consumers: bool = False,
                        message_grouping: str = "none", secure: bool = False,
@@ -161,6 +180,7 @@ def create_queue_table(target: Target, queue_table: str, payload_type: str, *,
     return True
 
 
+@_changes
 def alter_queue_table(target: Target, queue_table: str, *, comment: str | None = None) -> None:
     """``DBMS_AQADM.ALTER_QUEUE_TABLE`` (the comment)."""
     name = queue_name(queue_table)
@@ -176,6 +196,7 @@ def _queue_table(conn: Connection, name: str) -> Any:
     return row
 
 
+@_changes
 def drop_queue_table(target: Target, queue_table: str, *, force: bool = False) -> list[str]:
     """``DBMS_AQADM.DROP_QUEUE_TABLE``. Returns the queues dropped with it.
 
@@ -208,6 +229,7 @@ def _check_numbers(**values: float | int | None) -> None:
             raise MessagePropertyError(f"{key} must be >= 0, not {value!r}")
 
 
+@_changes
 def create_queue(target: Target, queue: str, queue_table: str, *, max_retries: int = 5,
                  retry_delay: float = 0.0, retention_time: float = 0.0,
                  comment: str | None = None, start: bool = False,
@@ -247,6 +269,7 @@ def create_queue(target: Target, queue: str, queue_table: str, *, max_retries: i
         dequeue_enabled=start)
 
 
+@_changes
 def alter_queue(target: Target, queue: str, *, max_retries: int | None = None,
                 retry_delay: float | None = None, retention_time: float | None = None,
                 comment: str | None = None) -> None:
@@ -259,6 +282,7 @@ def alter_queue(target: Target, queue: str, *, max_retries: int | None = None,
     catalog(target).alter_queue(queue_name(queue), **changes)
 
 
+@_changes
 def start_queue(target: Target, queue: str, *, enqueue: bool = True,
                 dequeue: bool = True) -> None:
     """``DBMS_AQADM.START_QUEUE``: enable enqueue and/or dequeue.
@@ -278,6 +302,7 @@ def start_queue(target: Target, queue: str, *, enqueue: bool = True,
     cat.alter_queue(name, **changes)
 
 
+@_changes
 def stop_queue(target: Target, queue: str, *, enqueue: bool = True,
                dequeue: bool = True) -> None:
     """``DBMS_AQADM.STOP_QUEUE``: disable enqueue and/or dequeue."""
@@ -286,6 +311,7 @@ def stop_queue(target: Target, queue: str, *, enqueue: bool = True,
     catalog(target).alter_queue(queue_name(queue), **changes)
 
 
+@_changes
 def drop_queue(target: Target, queue: str, *, force: bool = False) -> int:
     """``DBMS_AQADM.DROP_QUEUE``. Returns the LCR batches dropped with it.
 
@@ -317,6 +343,7 @@ def _delete_batch_files(paths: list[str]) -> None:
 
 
 # -- subscribers ---------------------------------------------------------------------------
+@_changes
 def add_subscriber(target: Target, queue: str, name: str | None = None, *,
                    address: str | None = None, rule: str | None = None,
                    kind: str = "subscriber", created_by: str | None = None,
@@ -361,6 +388,7 @@ def add_subscriber(target: Target, queue: str, name: str | None = None, *,
                                        kind=kind, created_by=created_by, created_at=utcnow()))
 
 
+@_changes
 def alter_subscriber(target: Target, queue: str, name: str | None, *,
                      address: str | None = None, rule: str | None = None) -> None:
     """``DBMS_AQADM.ALTER_SUBSCRIBER``: change a subscriber's rule (None: no rule)."""
@@ -379,6 +407,7 @@ def alter_subscriber(target: Target, queue: str, name: str | None, *,
             raise MessagingError(f"{agent or addr} is not a subscriber of {qname}")
 
 
+@_changes
 def remove_subscriber(target: Target, queue: str, name: str | None, *,
                       address: str | None = None) -> int:
     """``DBMS_AQADM.REMOVE_SUBSCRIBER``. Returns the waiting messages it had, now removed."""
@@ -398,6 +427,7 @@ def remove_subscriber(target: Target, queue: str, name: str | None, *,
 
 
 # -- access --------------------------------------------------------------------------------
+@_changes
 def grant_queue_privilege(target: Target, privilege: str, queue: str, grantee: str, *,
                           grant_option: bool = False, granted_by: str | None = None) -> None:
     """``DBMS_AQADM.GRANT_QUEUE_PRIVILEGE`` (ENQUEUE, DEQUEUE or ALL; queue ``*``: all)."""
@@ -409,6 +439,7 @@ def grant_queue_privilege(target: Target, privilege: str, queue: str, grantee: s
                          granted_by=granted_by)
 
 
+@_changes
 def revoke_queue_privilege(target: Target, privilege: str, queue: str, grantee: str) -> int:
     """``DBMS_AQADM.REVOKE_QUEUE_PRIVILEGE``. Returns the privileges removed."""
     qname = "*" if queue == "*" else queue_name(queue)
@@ -416,12 +447,14 @@ def revoke_queue_privilege(target: Target, privilege: str, queue: str, grantee: 
         return privileges.revoke(conn, privilege, qname, agent_name(grantee))
 
 
+@_changes
 def enable_db_access(target: Target, agent: str, user: str) -> bool:
     """``DBMS_AQADM.ENABLE_DB_ACCESS``: let a user act as an agent on secure queues."""
     with _store(target).begin() as conn:
         return privileges.enable_db_access(conn, agent_name(agent), agent_name(user))
 
 
+@_changes
 def disable_db_access(target: Target, agent: str, user: str) -> bool:
     """``DBMS_AQADM.DISABLE_DB_ACCESS``."""
     with _store(target).begin() as conn:

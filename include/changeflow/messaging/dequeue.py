@@ -20,12 +20,24 @@ NEXT_TRANSACTION moves to the next group.
 from __future__ import annotations
 
 import datetime as dt
+import functools
 import json
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from sqlalchemy import Select, and_, delete, not_, or_, select, tuple_, update
+from sqlalchemy import (
+    Select,
+    and_,
+    bindparam,
+    delete,
+    exists,
+    not_,
+    or_,
+    select,
+    tuple_,
+    update,
+)
 from sqlalchemy.engine import Connection, Row
 from sqlalchemy.sql.elements import ColumnElement
 
@@ -35,9 +47,11 @@ from changeflow.messaging import types as T
 from changeflow.messaging.constants import EXCEPTION_STATES, DequeueMode, Navigation, State
 from changeflow.messaging.errors import EndOfGroupError
 from changeflow.messaging.model import Agent, Message, Selector
+from changeflow.state import schema
 from changeflow.state import schema_messaging as S
 
 M = S.messages
+Q = schema.queues
 CHUNK = 64
 #: A messaging client's rule sets: (passes, message to deliver) for a message view.
 ClientRules = Callable[[dict[str, Any]], tuple[bool, dict[str, Any]]]
@@ -76,54 +90,80 @@ class Taken:
     decoded: bool = False
 
 
-def _base(req: Request, cursor: Cursor, now: dt.datetime, postgres: bool) -> Select[Any]:
-    p = req.props
+def _shape(req: Request, cursor: Cursor, postgres: bool) -> tuple[Any, ...]:
+    """What the candidate query of a request looks like (its cache key)."""
+    sel = req.selector
+    corr = ""
+    if sel is not None and sel.correlation:
+        corr = "like" if C.like_pattern(sel.correlation) else "eq"
+    group = ""
+    if (req.navigation is not Navigation.FIRST_MESSAGE and cursor.group is not None
+            and req.props.message_grouping == "transactional"):
+        group = "other" if req.navigation is Navigation.NEXT_TRANSACTION else "same"
+    browse = req.mode is DequeueMode.BROWSE
+    after = browse and req.navigation is not Navigation.FIRST_MESSAGE and cursor.key is not None
+    return (req.props.is_exception, browse, bool(sel and sel.msg_id), corr, group, after,
+            postgres and not browse)
+
+
+@functools.lru_cache(maxsize=256)
+def _candidates(exception: bool, browse: bool, by_id: bool, corr: str, group: str,
+                after: bool, lock_rows: bool) -> Select[Any]:
+    """The candidate query of one shape, with bind parameters (built once)."""
+    now: Any = bindparam("p_now")
+    txn: Any = bindparam("p_txn")
     state: ColumnElement[bool]
-    if p.is_exception:
+    if exception:
         state = M.c.state.in_(EXCEPTION_STATES)
-    elif req.mode is DequeueMode.BROWSE:  # a read: delayed messages now due count as READY
+    elif browse:  # a read: delayed messages now due count as READY
         state = or_(M.c.state == State.READY.value,
                     and_(M.c.state == State.WAITING.value, M.c.visible_at <= now))
     else:
         state = M.c.state == State.READY.value
-    stmt = select(M).where(M.c.queue == p.name, M.c.consumer == req.consumer,
-                           M.c.address == "", state)
-    if not p.is_exception:
+    stmt = select(M).where(M.c.queue == bindparam("p_queue"),
+                           M.c.consumer == bindparam("p_consumer"), M.c.address == "", state)
+    if not exception:
         stmt = stmt.where(or_(M.c.expire_at.is_(None), M.c.expire_at > now))
-    mine = M.c.lock_txn == req.txn_id
-    if req.mode is DequeueMode.BROWSE:
+    mine = M.c.lock_txn == txn
+    if browse:
         stmt = stmt.where(or_(M.c.lock_txn.is_(None), not_(and_(mine, M.c.lock_mode == "R"))))
-    elif req.selector is not None and req.selector.msg_id:
+    elif by_id:
         stmt = stmt.where(or_(M.c.lock_txn.is_(None), and_(mine, M.c.lock_mode == "L")))
     else:
         stmt = stmt.where(M.c.lock_txn.is_(None))
-    sel = req.selector
-    if sel is not None and sel.msg_id:
-        stmt = stmt.where(M.c.msg_id == sel.msg_id)
-    if sel is not None and sel.correlation:
-        stmt = stmt.where(M.c.correlation.like(sel.correlation)
-                          if C.like_pattern(sel.correlation)
-                          else M.c.correlation == sel.correlation)
-    stmt = _navigate(stmt, req, cursor)
+    if by_id:
+        stmt = stmt.where(M.c.msg_id == bindparam("p_msg_id"))
+    if corr:
+        value: Any = bindparam("p_corr")
+        stmt = stmt.where(M.c.correlation.is_not(None), M.c.correlation.like(value)
+                          if corr == "like" else M.c.correlation == value)
+    if group:
+        stmt = stmt.where(M.c.txn_id != bindparam("p_group") if group == "other"
+                          else M.c.txn_id == bindparam("p_group"))
+    if after:
+        stmt = stmt.where(tuple_(M.c.k1, M.c.k2, M.c.id) > tuple_(
+            bindparam("p_k1"), bindparam("p_k2"), bindparam("p_kid")))
     stmt = stmt.order_by(M.c.k1, M.c.k2, M.c.id)
-    if postgres and req.mode is not DequeueMode.BROWSE:
+    if lock_rows:
         stmt = stmt.with_for_update(skip_locked=True)
     return stmt
 
 
-def _navigate(stmt: Select[Any], req: Request, cursor: Cursor) -> Select[Any]:
-    nav, grouped = req.navigation, req.props.message_grouping == "transactional"
-    browse = req.mode is DequeueMode.BROWSE
-    if nav is Navigation.FIRST_MESSAGE:
-        return stmt
-    if grouped and cursor.group is not None:
-        if nav is Navigation.NEXT_TRANSACTION:
-            stmt = stmt.where(M.c.txn_id != cursor.group)
-        else:
-            stmt = stmt.where(M.c.txn_id == cursor.group)
-    if browse and cursor.key is not None:
-        stmt = stmt.where(tuple_(M.c.k1, M.c.k2, M.c.id) > tuple_(*cursor.key))
-    return stmt
+def _base(req: Request, cursor: Cursor, now: dt.datetime,
+          postgres: bool) -> tuple[Select[Any], dict[str, Any]]:
+    """The candidate query of a request and its parameters."""
+    sel = req.selector
+    params: dict[str, Any] = {"p_queue": req.props.name, "p_consumer": req.consumer,
+                              "p_now": now, "p_txn": req.txn_id}
+    if sel is not None and sel.msg_id:
+        params["p_msg_id"] = sel.msg_id
+    if sel is not None and sel.correlation:
+        params["p_corr"] = sel.correlation
+    if cursor.group is not None:
+        params["p_group"] = cursor.group
+    if cursor.key is not None:
+        params.update(zip(("p_k1", "p_k2", "p_kid"), cursor.key, strict=True))
+    return _candidates(*_shape(req, cursor, postgres)), params
 
 
 def message_view(row: Row[Any], mtype: T.TypeDef, payload: Any) -> dict[str, Any]:
@@ -173,14 +213,14 @@ def find(conn: Connection, url: str, req: Request, cursor: Cursor, now: dt.datet
     Raises:
         EndOfGroupError: NEXT_MESSAGE found nothing more in the current group.
     """
-    stmt = _base(req, cursor, now, postgres)
+    stmt, params = _base(req, cursor, now, postgres)
     python = req.condition is not None or req.client is not None
     discard: list[int] = []
     if not python:
-        row = conn.execute(stmt.limit(1)).first()
+        row = conn.execute(stmt.limit(1), params).first()
         found = Taken(row) if row is not None else None
     else:
-        found = _scan(conn, url, req, stmt, discard)
+        found = _scan(conn, url, req, stmt, params, discard)
     grouped = req.props.message_grouping == "transactional"
     if (found is None and grouped and cursor.group is not None
             and req.navigation is Navigation.NEXT_MESSAGE):
@@ -191,11 +231,11 @@ def find(conn: Connection, url: str, req: Request, cursor: Cursor, now: dt.datet
 
 
 def _scan(conn: Connection, url: str, req: Request, stmt: Select[Any],
-          discard: list[int]) -> Taken | None:
+          params: dict[str, Any], discard: list[int]) -> Taken | None:
     last: tuple[int, int, int] | None = None
     while True:
         page = stmt if last is None else stmt.where(tuple_(M.c.k1, M.c.k2, M.c.id) > last)
-        rows = conn.execute(page.limit(CHUNK)).all()
+        rows = conn.execute(page.limit(CHUNK), params).all()
         for row in rows:
             taken = _filtered(conn, url, req, row, discard)
             if taken is not None:
@@ -269,3 +309,71 @@ def advance(cursor: Cursor, req: Request, row: Row[Any]) -> None:
     cursor.key = (row.k1, row.k2, row.id)
     if req.props.message_grouping == "transactional":
         cursor.group = row.txn_id
+
+
+def fast(req: Request) -> bool:
+    """Whether a dequeue can take its messages in one statement (no Python filter)."""
+    return (req.condition is None and req.client is None
+            and req.mode is not DequeueMode.BROWSE)
+
+
+def take_first(conn: Connection, req: Request, cursor: Cursor, now: dt.datetime,
+               postgres: bool, limit: int = 1) -> list[Row[Any]]:
+    """Find and take up to ``limit`` messages in one statement (``... RETURNING``).
+
+    The statement also requires the queue to be active and started for dequeue, so a
+    ``stop_queue`` or ``drop_queue`` in another process takes effect at once.
+    """
+    p = req.props
+    if req.mode is DequeueMode.LOCKED:
+        kind = "L"
+    elif not req.immediate:
+        kind = "R"
+    else:
+        kind = "P" if p.retention_time > 0 and not p.is_exception else "D"
+    _, params = _base(req, cursor, now, postgres)
+    params.update(p_limit=limit, p_expires=req.lock_expires)
+    rows = list(conn.execute(_take_statement(_shape(req, cursor, postgres), kind),
+                             params).all())
+    rows.sort(key=lambda r: (r.k1, r.k2, r.id))
+    return rows
+
+
+@functools.lru_cache(maxsize=256)
+def _take_statement(shape: tuple[Any, ...], kind: str) -> Any:
+    ids = _candidates(*shape).with_only_columns(M.c.id).limit(bindparam("p_limit"))
+    live = exists(select(Q.c.name).where(Q.c.name == bindparam("p_queue"), Q.c.status == "active",
+                                         Q.c.dequeue_enabled.is_(True)))
+    where = and_(M.c.id.in_(ids), live)
+    stmt: Any
+    if kind in ("L", "R"):
+        stmt = update(M).where(where).values(lock_txn=bindparam("p_txn"), lock_mode=kind,
+                                             lock_expires=bindparam("p_expires"))
+    elif kind == "P":
+        stmt = update(M).where(where).values(state=State.PROCESSED.value,
+                                             state_time=bindparam("p_now"))
+    else:
+        stmt = delete(M).where(where)
+    return stmt.returning(*M.c)
+
+
+def peek(conn: Connection, props: D.QueueProps, consumer: str,
+         now: dt.datetime) -> tuple[Any, bool]:
+    """The queue's row (status, enabled) and whether a message might be available.
+
+    "Might": a READY unlocked message, a delayed one now due, or a lapsed lock (a
+    read; the write attempt then decides).
+    """
+    mine = and_(M.c.queue == props.name, M.c.consumer == consumer, M.c.address == "")
+    if props.is_exception:
+        cand = and_(mine, M.c.state.in_(EXCEPTION_STATES), M.c.lock_txn.is_(None))
+    else:
+        cand = and_(mine, or_(
+            and_(M.c.state == State.READY.value, M.c.lock_txn.is_(None),
+                 or_(M.c.expire_at.is_(None), M.c.expire_at > now)),
+            and_(M.c.state == State.WAITING.value, M.c.visible_at <= now),
+            and_(M.c.lock_txn.is_not(None), M.c.lock_expires <= now)))
+    row = conn.execute(select(Q.c.status, Q.c.dequeue_enabled,
+                              exists(select(M.c.id).where(cand))).where(
+        Q.c.name == props.name)).first()
+    return row, bool(row is not None and row[2])

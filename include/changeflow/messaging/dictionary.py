@@ -19,7 +19,7 @@ import threading
 from dataclasses import dataclass
 from typing import Any
 
-from sqlalchemy import select
+from sqlalchemy import bindparam, select
 from sqlalchemy.engine import Connection
 
 from changeflow.errors import QueueDroppedError, QueueNotFoundError
@@ -108,6 +108,8 @@ _SELECT = select(Q, QT.c.name.label("qt_name"), QT.c.message_grouping,
                  QT.c.payload_type.label("qt_payload_type"),
                  QT.c.secure.label("qt_secure")).select_from(
     Q.outerjoin(QT, QT.c.name == Q.c.queue_table))
+_BY_NAME = _SELECT.where(Q.c.name == bindparam("p_name"))
+_LOCKED = _BY_NAME.with_for_update(of=Q)
 
 
 def queue(conn: Connection, name: str, *, allow_dropped: bool = False,
@@ -121,10 +123,7 @@ def queue(conn: Connection, name: str, *, allow_dropped: bool = False,
         QueueNotFoundError: no such queue; QueueDroppedError: it was dropped.
     """
     name = name.lower()
-    stmt = _SELECT.where(Q.c.name == name)
-    if lock:
-        stmt = stmt.with_for_update(of=Q)
-    row = conn.execute(stmt).first()
+    row = conn.execute(_LOCKED if lock else _BY_NAME, {"p_name": name}).first()
     if row is None:
         raise QueueNotFoundError(f"queue {name!r} does not exist")
     m = row._mapping
@@ -139,6 +138,23 @@ def all_queues(conn: Connection) -> list[QueueProps]:
     """Every queue that is not dropped, by name."""
     rows = conn.execute(_SELECT.where(Q.c.status != "dropped").order_by(Q.c.name))
     return [_props(r._mapping) for r in rows]
+
+
+_generation = [0]
+
+
+def changed() -> None:
+    """Note that an administrative call changed queues, subscribers or privileges.
+
+    Sessions of this process re-check their cached request checks at once; other
+    processes do within a second (:data:`changeflow.messaging.receive.CHECK_TTL`).
+    """
+    _generation[0] += 1
+
+
+def generation() -> int:
+    """How many administrative changes this process has made."""
+    return _generation[0]
 
 
 class _TypeCache:

@@ -196,11 +196,15 @@ def _rows(props: D.QueueProps, msg: Pending, txn_id: str,
 
 
 def write(conn: Connection, store: StateStore, pending: list[Pending], txn_id: str,
-          now: dt.datetime) -> dict[str, list[str]]:
+          now: dt.datetime, props: dict[str, D.QueueProps] | None = None
+          ) -> dict[str, list[str]]:
     """Write a transaction's messages (inside the commit's transaction).
 
     A message whose producer-chosen id was enqueued into the queue before is a replay
     and is skipped. Returns the message ids written, by queue.
+
+    Args:
+        props: queues' properties read in this transaction already.
 
     Raises:
         QueueNotFoundError, QueueDroppedError: a queue disappeared since the enqueue.
@@ -210,12 +214,12 @@ def write(conn: Connection, store: StateStore, pending: list[Pending], txn_id: s
         by_queue.setdefault(msg.queue, []).append(msg)
     written: dict[str, list[str]] = {}
     for queue, msgs in by_queue.items():
-        props = D.queue(conn, queue)
+        qp = (props or {}).get(queue) or D.queue(conn, queue)
         msgs = _without_replays(conn, queue, msgs, now)
         if not msgs:
             continue
-        seq = store.next_counter(f"aq:commit:{queue}", conn) if props.commit_ordered else None
-        rows = [r for m in msgs for r in _rows(props, m, txn_id, seq, now)]
+        seq = store.next_counter(f"aq:commit:{queue}", conn) if qp.commit_ordered else None
+        rows = [r for m in msgs for r in _rows(qp, m, txn_id, seq, now)]
         conn.execute(M.insert(), rows)
         written[queue] = [m.msg_id for m in msgs]
     return written

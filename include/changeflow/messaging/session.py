@@ -48,14 +48,10 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
-from sqlalchemy import func, select
-
-from changeflow.messaging import conditions as C
 from changeflow.messaging import dequeue as DQ
 from changeflow.messaging import dictionary as D
 from changeflow.messaging import enqueue as EQ
-from changeflow.messaging import locks, notify, privileges
-from changeflow.messaging import types as T
+from changeflow.messaging import locks, notify
 from changeflow.messaging.constants import (
     FOREVER,
     DequeueMode,
@@ -64,15 +60,12 @@ from changeflow.messaging.constants import (
     wait_seconds,
 )
 from changeflow.messaging.errors import (
-    CapturedMessageError,
     MessagePropertyError,
-    NotSubscribedError,
-    QueueStoppedError,
     TransactionExpiredError,
 )
 from changeflow.messaging.model import Message, MessageProperties, Selector, agent_name
-from changeflow.state import StateStore, schema, utcnow
-from changeflow.state import schema_messaging as S
+from changeflow.messaging.receive import Receiver, Spec
+from changeflow.state import StateStore, utcnow
 
 if TYPE_CHECKING:
     from sqlalchemy.engine import Connection
@@ -121,11 +114,10 @@ class Session:
         self._serial = itertools.count(1)
         self._txn: str | None = None
         self._pending: list[EQ.Pending] = []
-        self._held: dict[int, str] = {}
-        self._cursors: dict[tuple[str, str], DQ.Cursor] = {}
-        self._housekept: dict[str, float] = {}
+        self.held: dict[int, str] = {}
         self._renewed = 0.0
-        self._postgres = store.dialect == "postgresql"
+        self.postgres = store.dialect == "postgresql"
+        self._receiver = Receiver(self)
         self.last_active = time.monotonic()
         self.closed = False
 
@@ -140,7 +132,7 @@ class Session:
     @property
     def in_transaction(self) -> bool:
         """Whether the session has uncommitted enqueues or dequeues."""
-        return bool(self._pending or self._held)
+        return bool(self._pending or self.held)
 
     @property
     def idle_seconds(self) -> float:
@@ -162,14 +154,6 @@ class Session:
                 f"queue {queue} is at site {site}; this session is connected to site "
                 f"{self.site} (connect to {site} to use it)")
         return base
-
-    def _expires(self, now: dt.datetime) -> dt.datetime:
-        return now + dt.timedelta(seconds=self.settings.lock_timeout)
-
-    def _renew(self, conn: Connection, now: dt.datetime) -> None:
-        if self._held and time.monotonic() - self._renewed > self.settings.lock_timeout / 4:
-            locks.renew(conn, self.transaction_id, self._expires(now))
-            self._renewed = time.monotonic()
 
     # -- enqueue -------------------------------------------------------------------------
     def enqueue(self, queue: str, payload: Any,
@@ -230,7 +214,7 @@ class Session:
                                    now=now) for p, pr in zip(payloads, plist, strict=True)]
             if alone:
                 txn = self.transaction_id if commit else f"{self._prefix}:{next(self._serial)}"
-                written = EQ.write(conn, self.store, prepared, txn, now)
+                written = EQ.write(conn, self.store, prepared, txn, now, {name: props})
         if alone:
             if commit:
                 self._reset()
@@ -268,6 +252,34 @@ class Session:
             SelectorError, MessagePropertyError, CapturedMessageError,
             EndOfGroupError: nothing is dequeued.
         """
+        spec, seconds = self._spec(queue, consumer, mode, navigation, wait, selector,
+                                   correlation, msg_id, condition, visibility, commit)
+        msgs = self._receiver.receive(spec, seconds, 1)
+        self._finish_call(spec, commit)
+        return msgs[0] if msgs else None
+
+    def dequeue_array(self, queue: str, max_messages: int, *, consumer: str | None = None,
+                      mode: str = DequeueMode.REMOVE,
+                      navigation: str = Navigation.NEXT_MESSAGE,
+                      wait: float | str | None = FOREVER,
+                      selector: Selector | str | dict[str, Any] | None = None,
+                      correlation: str | None = None, msg_id: str | None = None,
+                      condition: str | None = None, visibility: str = Visibility.ON_COMMIT,
+                      commit: bool = False) -> list[Message]:
+        """Dequeue up to ``max_messages`` in one database transaction (``DEQUEUE_ARRAY``).
+
+        Waits (``wait``) for the first message only; the options are :meth:`dequeue`'s.
+        """
+        spec, seconds = self._spec(queue, consumer, mode, navigation, wait, selector,
+                                   correlation, msg_id, condition, visibility, commit)
+        msgs = self._receiver.receive(spec, seconds, max(1, int(max_messages)))
+        self._finish_call(spec, commit)
+        return msgs
+
+    def _spec(self, queue: str, consumer: str | None, mode: str, navigation: str,
+              wait: float | str | None, selector: Selector | str | dict[str, Any] | None,
+              correlation: str | None, msg_id: str | None, condition: str | None,
+              visibility: str, commit: bool) -> tuple[Spec, float | None]:
         self._touch()
         name = self._queue(queue)
         mode_, nav = DequeueMode.parse(mode), Navigation.parse(navigation)
@@ -283,108 +295,29 @@ class Session:
         seconds = wait_seconds(wait)
         immediate = vis is Visibility.IMMEDIATE or (commit and not self.in_transaction
                                                     and mode_ is not DequeueMode.LOCKED)
-        spec = _Spec(name, agent_name(consumer), mode_, nav, sel, immediate)
-        msg = self._wait(spec, seconds)
-        if commit and not immediate:
+        return Spec(name, agent_name(consumer), mode_, nav, sel, immediate), seconds
+
+    def _finish_call(self, spec: Spec, commit: bool) -> None:
+        if commit and not spec.immediate:
             self.commit()
         elif commit:
             self._reset()
-        return msg
 
-    def dequeue_array(self, queue: str, max_messages: int, **options: Any) -> list[Message]:
-        """Dequeue up to ``max_messages`` (``DBMS_AQ.DEQUEUE_ARRAY``).
+    # -- what the receiver uses ---------------------------------------------------------------
+    def renew(self, conn: Connection, now: dt.datetime) -> None:
+        """Push back the lapse time of the transaction's locks (at most every timeout/4)."""
+        if self.held and time.monotonic() - self._renewed > self.settings.lock_timeout / 4:
+            locks.renew(conn, self.transaction_id, self.lock_expiry(now))
+            self._renewed = time.monotonic()
 
-        Waits (``wait=``) only for the first message; then takes what is available.
-        """
-        out: list[Message] = []
-        commit = options.pop("commit", False)
-        for i in range(max(0, int(max_messages))):
-            msg = self.dequeue(queue, **({**options, "wait": 0} if i else options))
-            if msg is None:
-                break
-            out.append(msg)
-            if options.get("navigation") == Navigation.FIRST_MESSAGE:
-                options["navigation"] = Navigation.NEXT_MESSAGE
-        if commit:
-            self.commit()
-        return out
+    def lock_expiry(self, now: dt.datetime) -> dt.datetime:
+        """When a lock taken now lapses if the session makes no further call."""
+        if not self.held:
+            self._renewed = time.monotonic()
+        return now + dt.timedelta(seconds=self.settings.lock_timeout)
 
-    def _wait(self, spec: _Spec, seconds: float | None) -> Message | None:
-        deadline = None if seconds is None else time.monotonic() + seconds
-        pause, first = 0.002, True
-        while True:
-            seen = notify.generation(self.store.url, spec.queue)
-            msg = self._attempt(spec, first)
-            if msg is not None:
-                return msg
-            first = False
-            left = None if deadline is None else deadline - time.monotonic()
-            if left is not None and left <= 0:
-                return None
-            notify.wait(self.store.url, spec.queue, seen,
-                        pause if left is None else min(pause, left))
-            pause = min(pause * 2, self.settings.poll_max)
-
-    def _attempt(self, spec: _Spec, first: bool) -> Message | None:
-        browse = spec.mode is DequeueMode.BROWSE
-        ctx = self.store.read() if browse else self.store.begin()
-        with ctx as conn:
-            now = utcnow()
-            props = D.queue(conn, spec.queue)
-            if not props.dequeue_enabled:
-                raise QueueStoppedError(
-                    f"queue {props.name} is stopped for dequeue; start it with "
-                    f"`changeflow aq start-queue {props.name}`")
-            req = self._request(conn, props, spec, now, check=first)
-            if not browse:
-                self._renew(conn, now)
-                self._housekeep(conn, props.name, now, force=False)
-            cursor = self._cursors.setdefault((spec.queue, spec.consumer), DQ.Cursor())
-            if spec.navigation is Navigation.FIRST_MESSAGE:
-                cursor.key = cursor.group = None
-            taken, discard = DQ.find(conn, self.store.url, req, cursor, now, self._postgres)
-            if taken is None and not browse and self._housekeep(conn, props.name, now,
-                                                                  force=True):
-                taken, discard = DQ.find(conn, self.store.url, req, cursor, now,
-                                         self._postgres)
-            if taken is None:
-                if discard and not browse:
-                    DQ.take_discards(conn, discard)
-                if first and not props.is_exception:
-                    _refuse_captured(conn, props.name)
-                return None
-            DQ.take(conn, req, taken, discard, now)
-            msg = DQ.to_message(conn, self.store.url, req, taken)
-            DQ.advance(cursor, req, taken.row)
-        if not browse and not spec.immediate:
-            self._held[taken.row.id] = "L" if spec.mode is DequeueMode.LOCKED else "R"
-            if len(self._held) == 1:
-                self._renewed = time.monotonic()
-        return msg
-
-    def _request(self, conn: Connection, props: D.QueueProps, spec: _Spec, now: dt.datetime,
-                 *, check: bool) -> DQ.Request:
-        client = None
-        if props.multiple_consumers and not props.is_exception:
-            sub = _subscriber(conn, props, spec.consumer, check=check)
-            if sub is not None and sub.kind == "messaging_client":
-                client = self._client_rules(spec.consumer)
-        elif check and spec.consumer and not props.multiple_consumers:
-            raise MessagePropertyError(
-                f"queue {props.name} has a single consumer: dequeue without a consumer name")
-        if check:
-            privileges.check(conn, props, self.user, "DEQUEUE",
-                             spec.consumer if props.multiple_consumers else None)
-        condition = None
-        if spec.selector is not None and spec.selector.condition:
-            qtype = D.message_type(conn, self.store.url, props.payload_type)
-            fields = qtype.field_names if qtype.kind == T.OBJECT else None
-            condition = C.compile_condition(spec.selector.condition, fields)
-        return DQ.Request(props, spec.consumer, spec.mode, spec.navigation, spec.selector,
-                          condition, self.transaction_id, spec.immediate, self._expires(now),
-                          client)
-
-    def _client_rules(self, consumer: str) -> DQ.ClientRules:
+    def client_rules(self, consumer: str) -> DQ.ClientRules:
+        """A messaging client's rule sets (from the pipeline's rules file)."""
         found = self._rules(consumer) if self._rules is not None else None
         if found is None:
             raise MessagePropertyError(
@@ -392,16 +325,6 @@ class Session:
                 "rules file; connect with the pipeline configuration "
                 "(messaging.connect(cfg, ...))")
         return found
-
-    def _housekeep(self, conn: Connection, queue: str, now: dt.datetime, *, force: bool) -> bool:
-        """Make due delayed messages READY and roll lapsed locks back (throttled)."""
-        last = self._housekept.get(queue, 0.0)
-        if not force and time.monotonic() - last < self.settings.housekeeping:
-            return False
-        self._housekept[queue] = time.monotonic()
-        changed = locks.promote(conn, now, queue)
-        reclaimed = locks.reclaim(conn, now, queue)
-        return changed + reclaimed["retried"] + reclaimed["unlocked"] > 0
 
     # -- transaction -----------------------------------------------------------------------
     def commit(self) -> None:
@@ -418,14 +341,14 @@ class Session:
             self._reset()
             return
         txn = self.transaction_id
-        want = {"R": sum(1 for m in self._held.values() if m == "R"),
-                "L": sum(1 for m in self._held.values() if m == "L")}
+        want = {"R": sum(1 for m in self.held.values() if m == "R"),
+                "L": sum(1 for m in self.held.values() if m == "L")}
         try:
             with self.store.begin() as conn:
                 now = utcnow()
                 written = EQ.write(conn, self.store, self._pending, txn, now) \
                     if self._pending else {}
-                if self._held:
+                if self.held:
                     done = locks.finish(conn, txn, now)
                     if done != want:
                         raise _Lapsed(f"held {want}, still locked {done}")
@@ -441,14 +364,14 @@ class Session:
     def rollback(self) -> None:
         """Roll back: drop the enqueues, put dequeued messages back (retry count + 1)."""
         self._touch()
-        if self._held:
+        if self.held:
             with self.store.begin() as conn:
                 locks.release(conn, locks.held_by(self.transaction_id), utcnow())
         self._reset()
 
     def _reset(self) -> None:
         self._pending = []
-        self._held = {}
+        self.held = {}
         self._txn = None
 
     def _signal(self, written: dict[str, list[str]]) -> None:
@@ -493,47 +416,6 @@ class Session:
 
 class _Lapsed(Exception):
     """Commit found fewer locks than the session took."""
-
-
-@dataclass(frozen=True)
-class _Spec:
-    queue: str
-    consumer: str
-    mode: DequeueMode
-    navigation: Navigation
-    selector: Selector | None
-    immediate: bool
-
-
-def _subscriber(conn: Connection, props: D.QueueProps, consumer: str,
-                *, check: bool) -> D.Subscriber | None:
-    if not consumer:
-        raise MessagePropertyError(
-            f"queue {props.name} has multiple consumers: name the consumer (consumer=...)")
-    subs = [s for s in D.subscribers(conn, props.name) if s.name == consumer and not s.address]
-    if subs:
-        return subs[0]
-    if check:
-        M = S.messages
-        addressed = conn.execute(select(M.c.id).where(
-            M.c.queue == props.name, M.c.consumer == consumer, M.c.address == "").limit(1)).first()
-        if addressed is None:
-            names = ", ".join(s.name for s in D.subscribers(conn, props.name) if not s.address)
-            raise NotSubscribedError(
-                f"{consumer} is not a subscriber of queue {props.name} (subscribers: "
-                f"{names or 'none'}) and no message is addressed to it")
-    return None
-
-
-def _refuse_captured(conn: Connection, queue: str) -> None:
-    B = schema.queue_batches
-    n, msgs = conn.execute(select(func.count(), func.coalesce(func.sum(B.c.n_messages), 0)).where(
-        B.c.queue == queue, B.c.path != "", B.c.state == "ready", B.c.n_messages > 0)).one()
-    if n:
-        raise CapturedMessageError(
-            f"queue {queue} holds {msgs} captured messages (LCRs in {n} batches) and no user "
-            "message for this consumer: captured messages can be dequeued only by an apply "
-            "process (seed 001)")
 
 
 def connect(target: PipelineConfig | StateStore | str, user: str | None = None, *,

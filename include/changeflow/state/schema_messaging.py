@@ -25,7 +25,10 @@ from sqlalchemy import (
     Table,
     Text,
     UniqueConstraint,
+    inspect,
+    text,
 )
+from sqlalchemy.engine import Connection
 
 from changeflow.state.schema import ID, metadata
 from changeflow.state.steps import Step, create_indexes, create_tables
@@ -103,15 +106,32 @@ messages = Table(
 
 ix_messages_dequeue = Index("ix_cf_aq_messages_dequeue", messages.c.queue, messages.c.consumer,
                             messages.c.state, messages.c.k1, messages.c.k2, messages.c.id)
-ix_messages_msg_id = Index("ix_cf_aq_messages_msg_id", messages.c.msg_id)
-ix_messages_state_time = Index("ix_cf_aq_messages_state", messages.c.state,
+
+
+def _partial(name: str, condition: str, *columns: Column) -> Index:
+    """An index of the rows ``condition`` selects only: a plain enqueue touches none."""
+    where = text(condition)
+    return Index(name, *columns, sqlite_where=where, postgresql_where=where)
+
+
+# Partial indexes: a READY local message without correlation, delay or expiration (the
+# common enqueue) writes only the table, the dequeue index and the unique key.
+ix_messages_waiting = _partial("ix_cf_aq_messages_waiting_p", "state = 'WAITING'",
                                messages.c.visible_at)
-ix_messages_lock = Index("ix_cf_aq_messages_lock", messages.c.lock_txn)
-ix_messages_correlation = Index("ix_cf_aq_messages_corr", messages.c.queue,
-                                messages.c.correlation)
+ix_messages_expiring = _partial("ix_cf_aq_messages_expiring_p", "expire_at IS NOT NULL",
+                                messages.c.expire_at)
+ix_messages_lock = _partial("ix_cf_aq_messages_lock_p", "lock_txn IS NOT NULL",
+                            messages.c.lock_txn)
+ix_messages_correlation = _partial("ix_cf_aq_messages_corr_p", "correlation IS NOT NULL",
+                                   messages.c.queue, messages.c.correlation)
 # Deliveries waiting for a propagation: looked up by address on every propagation pass.
-ix_messages_address = Index("ix_cf_aq_messages_address", messages.c.address, messages.c.queue,
-                            messages.c.state)
+ix_messages_address = _partial("ix_cf_aq_messages_address_p", "address <> ''",
+                               messages.c.address, messages.c.queue, messages.c.state)
+PARTIAL_INDEXES = (ix_messages_waiting, ix_messages_expiring, ix_messages_lock,
+                   ix_messages_correlation, ix_messages_address)
+#: Full indexes of the first schema version, replaced by the partial ones (step 3).
+OLD_INDEXES = ("ix_cf_aq_messages_msg_id", "ix_cf_aq_messages_state", "ix_cf_aq_messages_lock",
+               "ix_cf_aq_messages_corr", "ix_cf_aq_messages_address")
 
 subscribers = Table(
     "cf_aq_subscribers",
@@ -166,10 +186,20 @@ registrations = Table(
     UniqueConstraint("queue", "consumer", "notify_url", name="uq_cf_aq_registration"),
 )
 
+def _partial_indexes(conn: Connection) -> None:
+    have = {i["name"] for i in inspect(conn).get_indexes(messages.name)}
+    for name in OLD_INDEXES:
+        if name in have:
+            conn.execute(text(f"DROP INDEX {name}"))
+    create_indexes(*PARTIAL_INDEXES)(conn)
+
+
 MIGRATIONS = [
     Step(1, "AQ queue tables, message types, user messages, subscribers, agents, privileges, "
             "propagation receipts, notification registrations",
          create_tables(queue_tables, message_types, messages, subscribers, agents, privileges,
                        received, registrations)),
     Step(2, "index of deliveries by remote address", create_indexes(ix_messages_address)),
+    Step(3, "partial indexes of user messages (a plain enqueue updates fewer pages)",
+         _partial_indexes),
 ]

@@ -1,0 +1,286 @@
+"""How a session dequeues: checks, the waiting loop, and each attempt.
+
+The first attempt of a ``dequeue`` call checks the request (queue, consumer,
+subscription, privilege, condition) and remembers the verdict for a second, so a
+consumer calling in a loop pays for it once a second, not once a message. Each
+attempt is one write transaction; without a Python-side filter it is one statement
+(``UPDATE/DELETE ... WHERE id IN (SELECT ... FOR UPDATE SKIP LOCKED) RETURNING``) that
+also requires the queue to be started, so ``stop_queue`` still takes effect at once.
+
+A waiting dequeue polls with a *read* first (is anything available?), with a pause
+that grows from 2 ms to ``poll_max``; only then does it take the write lock, so idle
+consumers never block producers. A commit in the same process wakes waiters at once.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import time
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from sqlalchemy import func, select
+from sqlalchemy.engine import Connection, Row
+
+from changeflow.errors import QueueDroppedError, QueueNotFoundError
+from changeflow.messaging import conditions as C
+from changeflow.messaging import dequeue as DQ
+from changeflow.messaging import dictionary as D
+from changeflow.messaging import locks, notify, privileges
+from changeflow.messaging import types as T
+from changeflow.messaging.constants import DequeueMode, Navigation
+from changeflow.messaging.errors import (
+    CapturedMessageError,
+    MessagePropertyError,
+    NotSubscribedError,
+    QueueStoppedError,
+)
+from changeflow.messaging.model import Message, Selector
+from changeflow.state import schema, utcnow
+from changeflow.state import schema_messaging as S
+
+if TYPE_CHECKING:
+    from changeflow.messaging.session import Session
+
+#: Seconds a checked request (and the queue's properties) is trusted before re-checking.
+CHECK_TTL = 1.0
+
+
+@dataclass(frozen=True)
+class Spec:
+    """One dequeue call's options."""
+
+    queue: str
+    consumer: str
+    mode: DequeueMode
+    navigation: Navigation
+    selector: Selector | None
+    immediate: bool
+
+
+@dataclass
+class _Checked:
+    props: D.QueueProps
+    client: DQ.ClientRules | None
+    condition: C.Condition | None
+    at: float
+    generation: int
+
+
+class Receiver:
+    """The dequeue side of one session."""
+
+    def __init__(self, session: Session) -> None:
+        self.s = session
+        self.checked: dict[Spec, _Checked] = {}
+        self.cursors: dict[tuple[str, str], DQ.Cursor] = {}
+        self.housekept: dict[str, float] = {}
+
+    # -- the loop ------------------------------------------------------------------------
+    def receive(self, spec: Spec, seconds: float | None, limit: int = 1) -> list[Message]:
+        """Up to ``limit`` messages, waiting up to ``seconds`` (None: forever) for the first."""
+        url = self.s.store.url
+        deadline = None if seconds is None else time.monotonic() + seconds
+        pause, first = 0.002, True
+        while True:
+            seen = notify.generation(url, spec.queue)
+            msgs = self.attempt(spec, first, limit)
+            if msgs:
+                return msgs
+            first = False
+            left = None if deadline is None else deadline - time.monotonic()
+            if left is not None and left <= 0:
+                return []
+            notify.wait(url, spec.queue, seen, pause if left is None else min(pause, left))
+            pause = min(pause * 2, self.s.settings.poll_max)
+
+    def attempt(self, spec: Spec, first: bool, limit: int) -> list[Message]:
+        """One attempt (a read first when polling, then one write transaction)."""
+        checked = self.check(spec, fresh=first)
+        if spec.mode is DequeueMode.BROWSE:
+            return self._browse(spec, checked, limit)
+        if not first and not self._available(spec, checked):
+            return []
+        with self.s.store.begin() as conn:
+            now = utcnow()
+            self.s.renew(conn, now)
+            req = self._request(spec, checked, now)
+            cursor = self._cursor(spec)
+            self._housekeep(conn, spec.queue, now, force=False)
+            msgs = self._take(conn, req, cursor, now, limit)
+            if not msgs and self._housekeep(conn, spec.queue, now, force=True):
+                msgs = self._take(conn, req, cursor, now, limit)
+        if not msgs:
+            self._explain_empty(spec, checked, first)
+        return msgs
+
+    # -- checks ----------------------------------------------------------------------------
+    def check(self, spec: Spec, *, fresh: bool) -> _Checked:
+        """The checked request, re-checked when older than :data:`CHECK_TTL` seconds."""
+        found = self.checked.get(spec)
+        if (found is not None and time.monotonic() - found.at < CHECK_TTL
+                and found.generation == D.generation()):
+            return found
+        with self.s.store.read() as conn:
+            props = D.queue(conn, spec.queue)
+            if not props.dequeue_enabled:
+                raise _stopped(props.name)
+            client = self._consumer(conn, props, spec.consumer)
+            privileges.check(conn, props, self.s.user, "DEQUEUE",
+                             spec.consumer if props.multiple_consumers else None)
+            condition = None
+            if spec.selector is not None and spec.selector.condition:
+                qtype = D.message_type(conn, self.s.store.url, props.payload_type)
+                fields = qtype.field_names if qtype.kind == T.OBJECT else None
+                condition = C.compile_condition(spec.selector.condition, fields)
+        found = _Checked(props, client, condition, time.monotonic(), D.generation())
+        self.checked[spec] = found
+        return found
+
+    def _consumer(self, conn: Connection, props: D.QueueProps,
+                  consumer: str) -> DQ.ClientRules | None:
+        if not props.multiple_consumers:
+            if consumer:
+                raise MessagePropertyError(f"queue {props.name} has a single consumer: "
+                                           "dequeue without a consumer name")
+            return None
+        if not consumer:
+            raise MessagePropertyError(f"queue {props.name} has multiple consumers: name the "
+                                       "consumer (consumer=...)")
+        if props.is_exception:
+            return None
+        subs = D.subscribers(conn, props.name)
+        mine = [s for s in subs if s.name == consumer and not s.address]
+        if mine:
+            return self.s.client_rules(consumer) if mine[0].kind == "messaging_client" else None
+        M = S.messages
+        addressed = conn.execute(select(M.c.id).where(
+            M.c.queue == props.name, M.c.consumer == consumer, M.c.address == "").limit(1))
+        if addressed.first() is None:
+            names = ", ".join(s.name for s in subs if not s.address)
+            raise NotSubscribedError(
+                f"{consumer} is not a subscriber of queue {props.name} (subscribers: "
+                f"{names or 'none'}) and no message is addressed to it")
+        return None
+
+    def _request(self, spec: Spec, checked: _Checked, now: dt.datetime) -> DQ.Request:
+        return DQ.Request(checked.props, spec.consumer, spec.mode, spec.navigation,
+                          spec.selector, checked.condition, self.s.transaction_id,
+                          spec.immediate, self.s.lock_expiry(now), checked.client)
+
+    def _cursor(self, spec: Spec) -> DQ.Cursor:
+        cursor = self.cursors.setdefault((spec.queue, spec.consumer), DQ.Cursor())
+        if spec.navigation is Navigation.FIRST_MESSAGE:
+            cursor.key = cursor.group = None
+        return cursor
+
+    # -- attempts ---------------------------------------------------------------------------
+    def _take(self, conn: Connection, req: DQ.Request, cursor: DQ.Cursor, now: dt.datetime,
+              limit: int) -> list[Message]:
+        url, postgres = self.s.store.url, self.s.postgres
+        if DQ.fast(req):
+            rows = DQ.take_first(conn, req, cursor, now, postgres, limit)
+            out = [DQ.to_message(conn, url, req, DQ.Taken(r)) for r in rows]
+            for r in rows:
+                self._track(req, r)
+            if rows:
+                DQ.advance(cursor, req, rows[-1])
+            elif (req.props.message_grouping == "transactional" and cursor.group is not None
+                  and req.navigation is Navigation.NEXT_MESSAGE):
+                DQ.find(conn, url, req, cursor, now, postgres)  # raises EndOfGroupError
+            return out
+        out = []
+        while len(out) < limit:
+            taken, discard = DQ.find(conn, url, req, cursor, now, postgres)
+            if taken is None:
+                DQ.take_discards(conn, discard)
+                break
+            DQ.take(conn, req, taken, discard, now)
+            out.append(DQ.to_message(conn, url, req, taken))
+            DQ.advance(cursor, req, taken.row)
+            self._track(req, taken.row)
+        return out
+
+    def _track(self, req: DQ.Request, row: Row[Any]) -> None:
+        """Remember the locks the session's transaction now holds."""
+        held = self.s.held
+        if req.mode is DequeueMode.LOCKED:
+            held[row.id] = "L"
+        elif not req.immediate:
+            held[row.id] = "R"
+        else:
+            held.pop(row.id, None)  # a LOCKED message of this session, removed now
+
+    def _browse(self, spec: Spec, checked: _Checked, limit: int) -> list[Message]:
+        url = self.s.store.url
+        out: list[Message] = []
+        with self.s.store.read() as conn:
+            now = utcnow()
+            req = self._request(spec, checked, now)
+            cursor = self._cursor(spec)
+            while len(out) < limit:
+                taken, _ = DQ.find(conn, url, req, cursor, now, False)
+                if taken is None:
+                    break
+                out.append(DQ.to_message(conn, url, req, taken))
+                DQ.advance(cursor, req, taken.row)
+            if not out:
+                _refuse_captured(conn, spec.queue)
+        return out
+
+    def _available(self, spec: Spec, checked: _Checked) -> bool:
+        """A read: whether the write attempt can find anything (raises if stopped/gone)."""
+        with self.s.store.read() as conn:
+            row, maybe = DQ.peek(conn, checked.props, spec.consumer, utcnow())
+        _raise_unless_started(spec.queue, row)
+        due = time.monotonic() - self.housekept.get(spec.queue, 0.0) >= max(
+            self.s.settings.housekeeping, 1.0)
+        return maybe or due  # a dead process's lock shows only to the housekeeping
+
+    def _explain_empty(self, spec: Spec, checked: _Checked, first: bool) -> None:
+        if not first:
+            return
+        with self.s.store.read() as conn:
+            row, _ = DQ.peek(conn, checked.props, spec.consumer, utcnow())
+            _raise_unless_started(spec.queue, row)
+            if not checked.props.is_exception:
+                _refuse_captured(conn, spec.queue)
+
+    def _housekeep(self, conn: Connection, queue: str, now: dt.datetime, *, force: bool) -> bool:
+        """Make due delayed messages READY and roll lapsed locks back (throttled)."""
+        last = self.housekept.get(queue, 0.0)
+        if not force and time.monotonic() - last < max(self.s.settings.housekeeping, 1.0):
+            return False
+        if force and time.monotonic() - last < self.s.settings.housekeeping / 4:
+            return False
+        self.housekept[queue] = time.monotonic()
+        changed = locks.promote(conn, now, queue)
+        back = locks.reclaim(conn, now, queue)
+        return changed + back["retried"] + back["unlocked"] > 0
+
+
+def _stopped(queue: str) -> QueueStoppedError:
+    return QueueStoppedError(f"queue {queue} is stopped for dequeue; start it with "
+                             f"`changeflow aq start-queue {queue}`")
+
+
+def _raise_unless_started(queue: str, row: Any) -> None:
+    if row is None:
+        raise QueueNotFoundError(f"queue {queue!r} does not exist")
+    if row.status == "dropped":
+        raise QueueDroppedError(f"queue {queue!r} was dropped; it is not re-created "
+                                "automatically")
+    if not row.dequeue_enabled:
+        raise _stopped(queue)
+
+
+def _refuse_captured(conn: Connection, queue: str) -> None:
+    B = schema.queue_batches
+    n, msgs = conn.execute(select(func.count(), func.coalesce(func.sum(B.c.n_messages), 0))
+                           .where(B.c.queue == queue, B.c.path != "", B.c.state == "ready",
+                                  B.c.n_messages > 0)).one()
+    if n:
+        raise CapturedMessageError(
+            f"queue {queue} holds {msgs} captured messages (LCRs in {n} batches) and no user "
+            "message for this consumer: captured messages can be dequeued only by an apply "
+            "process (seed 001)")
