@@ -25,6 +25,7 @@ SUITES = [
     ("quality", "bench.quality_bench", "rows"),
     ("schedules", "bench.schedule_bench", "rows"),
     ("postgres", "bench.pg_bench", "pg"),
+    ("aq", "bench.aq_bench", "pg"),
     ("ops", "bench.ops_bench", "rows"),
 ]
 
