@@ -32,6 +32,20 @@ applies:
 """
 
 
+def json_list(text: str) -> list[dict[str, object]]:
+    """The JSON list an ``airflow … -o json`` command printed among its log lines."""
+    decoder = json.JSONDecoder()
+    for i, ch in enumerate(text):
+        if ch == "[":
+            try:
+                value, _ = decoder.raw_decode(text[i:])
+            except json.JSONDecodeError:
+                continue
+            if isinstance(value, list) and all(isinstance(v, dict) for v in value):
+                return value
+    raise AssertionError(f"no JSON list in: {text[-2000:]}")
+
+
 def run(cmd: list[str], env: dict[str, str], cwd: Path) -> subprocess.CompletedProcess[str]:
     return subprocess.run(cmd, env=env, cwd=cwd, capture_output=True, text=True, timeout=900)
 
@@ -62,11 +76,11 @@ def test_pipeline_dag_runs_end_to_end(tmp_path: Path) -> None:
     # what Airflow recorded: one run, succeeded, every task succeeded
     listed = run([airflow, "dags", "list-runs", "changeflow_t__pipeline", "-o", "json"], env,
                  project)
-    runs = json.loads(listed.stdout[listed.stdout.index("["):])
+    runs = json_list(listed.stdout)
     assert [x["state"] for x in runs] == ["success"], runs
     states = run([airflow, "tasks", "states-for-dag-run", "changeflow_t__pipeline",
                   runs[0]["run_id"], "-o", "json"], env, project)
-    tis = json.loads(states.stdout[states.stdout.index("["):])
+    tis = json_list(states.stdout)
     assert {t["task_id"]: t["state"] for t in tis} == {
         "capture__cap": "success", "propagation__p12": "success", "apply__ap": "success",
         "verify__ap": "success"}

@@ -33,6 +33,18 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
+def json_in(text: str) -> Any:
+    """The first JSON list or object a command printed among its log lines."""
+    decoder = json.JSONDecoder()
+    for i, ch in enumerate(text):
+        if ch in "[{":
+            try:
+                return decoder.raw_decode(text[i:])[0]
+            except json.JSONDecodeError:
+                continue
+    raise ValueError(f"no JSON in: {text[-2000:]}")
+
+
 @dataclass
 class AirflowServer:
     """Airflow's components on ``home``, reading DAGs from ``dags``.

@@ -27,7 +27,7 @@ from typing import Any
 import pytest
 
 from changeflow.airflow.render import write
-from changeflow.airflow.testing import AirflowServer, MailReceiver
+from changeflow.airflow.testing import AirflowServer, MailReceiver, json_in
 from changeflow.config import load_config
 from changeflow.schedules import probe
 
@@ -140,11 +140,11 @@ def cli(airflow: AirflowServer, project: Path, *args: str) -> str:
 def test_plugin_registers_once_and_schedules_exist_before_any_run(
         airflow: AirflowServer, project: Path) -> None:
     out = airflow.run("airflow", "plugins", "-o", "json")
-    plugins = json.loads(out[out.index("["):])
+    plugins = json_in(out)
     assert [p["name"] for p in plugins] == ["changeflow"], out[-2000:]
     assert "already registered" not in out + airflow.logs(100_000)
     listed = cli(airflow, project, "-o", "json")
-    rows = {r["propagation"]: r for r in json.loads(listed[listed.index("["):])}
+    rows = {r["propagation"]: r for r in json_in(listed)}
     assert set(rows) == {"live", "daily"}
     assert rows["daily"]["summary"] == "window 30 s every 1 d, latency 1 s"
     # enabled, but the DAG is paused at creation: the state says so
