@@ -354,7 +354,8 @@ def to_lcrs(df: DataFrame, source: DebeziumSource, tables: dict[str, TableTypes]
                                                    for k in tt.key]),
                       F.lit(None).cast("array<string>"))
     is_row = e["op"] != "t"
-    commit_time = F.coalesce(F.timestamp_micros(src["ts_us"]), F.timestamp_millis(src["ts_ms"]))
+    commit_time = F.coalesce(F.timestamp_micros(src["ts_us"]), F.timestamp_millis(src["ts_ms"]),
+                             F.timestamp_millis(e["ts_ms"]))
     msg_id = F.coalesce(src["cf_msg_id"], F.substring(F.sha2(F.concat_ws(
         "\x1f", database, scn.cast("string"), txn, owner, name, position.cast("string"),
         F.to_json(e["after"]), F.to_json(e["before"])), 256), 1, 32))

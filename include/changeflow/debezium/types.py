@@ -215,7 +215,8 @@ def _decimal_sql(b64: str, scale: str) -> str:
            f"16, 10) as decimal(38,0)), {two64}), cast(conv(substring({hh}, {n} - 15, 16), 16, "
            f"10) as decimal(38,0))) end + if({neg}, 1, 0))")
     digits = f"cast({mag} as string)"
-    padded = f"lpad({digits}, {scale} + 1, '0')"
+    # lpad cuts a longer string: pad only up to the digits' own length
+    padded = f"lpad({digits}, greatest(length({digits}), {scale} + 1), '0')"
     text = (f"if({scale} = 0, {digits}, concat(substring({padded}, 1, length({padded}) - "
             f"{scale}), '.', substring({padded}, length({padded}) - {scale} + 1)))")
     exact = (f"({scale} <= {lcr.DECIMAL_SCALE} or rtrim('0', substring({padded}, "

@@ -159,20 +159,20 @@ def test_connector_events_become_typed_lcrs(spark: Any, tmp_path: Path, dbz: Any
 BAD = [
     ("not json", ["{\"op\": \"c\"", "plain text"], "not a JSON change event"),
     ("no op", [{"before": None, "after": {"id": 1}, "source": {"connector": "postgresql",
-                "schema": "inventory", "table": "orders", "lsn": 1}}], "no 'op' field"),
+                "schema": "inventory", "table": "orders", "lsn": 1, "ts_ms": 1}}], "no 'op' field"),
     ("bad op", [{"op": "z", "after": {"id": 1}, "source": {"connector": "postgresql",
-                 "schema": "inventory", "table": "orders", "lsn": 1}}], "unknown op 'z'"),
+                 "schema": "inventory", "table": "orders", "lsn": 1, "ts_ms": 1}}], "unknown op 'z'"),
     ("unknown column", [{"op": "c", "after": {"id": 1, "colour": "red"}, "source": {
-        "connector": "postgresql", "schema": "inventory", "table": "orders", "lsn": 1}}],
+        "connector": "postgresql", "schema": "inventory", "table": "orders", "lsn": 1, "ts_ms": 1}}],
      "column 'colour', which the declared table does not have"),
     ("key missing", [{"op": "d", "before": {"total": "AQ=="}, "source": {
-        "connector": "postgresql", "schema": "inventory", "table": "orders", "lsn": 1}}],
+        "connector": "postgresql", "schema": "inventory", "table": "orders", "lsn": 1, "ts_ms": 1}}],
      "lack key column 'id' in 'before'"),
     ("wrong type", [{"op": "c", "after": {"id": "seven", "total": "AQ=="}, "source": {
-        "connector": "postgresql", "schema": "inventory", "table": "orders", "lsn": 1}}],
+        "connector": "postgresql", "schema": "inventory", "table": "orders", "lsn": 1, "ts_ms": 1}}],
      "inventory.orders.id: value seven is not a INTEGER"),
     ("connector", [{"op": "c", "after": {"id": 1}, "source": {
-        "connector": "mongodb", "schema": "inventory", "table": "orders"}}],
+        "connector": "mongodb", "schema": "inventory", "table": "orders", "ts_ms": 1}}],
      "connector 'mongodb' are not supported"),
 ]
 
@@ -201,14 +201,14 @@ def test_bad_files_are_refused_and_nothing_is_enqueued(spark: Any, tmp_path: Pat
     assert dbz.queue_rows(cfg, "strm.q@s1") == []
     # the file was not recorded: fixing it and re-running captures it
     dbz.write_events(bad, [{"op": "c", "after": {"id": 1, "total": "AQ=="}, "source": {
-        "connector": "postgresql", "schema": "inventory", "table": "orders", "lsn": 5}}])
+        "connector": "postgresql", "schema": "inventory", "table": "orders", "lsn": 5, "ts_ms": 1}}])
     assert run_debezium_capture(spark, cfg, "dbz").messages == 1
 
 
 def test_a_captured_file_that_changes_is_refused(spark: Any, tmp_path: Path, dbz: Any) -> None:
     root = tmp_path / "files"
     ev = {"op": "c", "after": {"id": 1, "total": "AQ=="}, "source": {
-        "connector": "postgresql", "schema": "inventory", "table": "orders", "lsn": 5}}
+        "connector": "postgresql", "schema": "inventory", "table": "orders", "lsn": 5, "ts_ms": 1}}
     f = dbz.write_events(root / "a.json", [ev])
     cfg = dbz.pipeline(tmp_path, f"""
         queues: [{{name: strm.q, site: s1}}]
