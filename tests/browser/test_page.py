@@ -53,7 +53,8 @@ def airflow(tmp_path_factory: pytest.TempPathFactory) -> Iterator[AirflowServer]
     write(load_config(root / "p.yaml"), project_root=str(root), pipeline="b",
           out_dir=str(root / "dags"))
     server = AirflowServer(root / "airflow", root / "dags",
-                           env={"CHANGEFLOW_PIPELINES": f"b={root / 'p.yaml'}"})
+                           env={"CHANGEFLOW_PIPELINES": f"b={root / 'p.yaml'}"},
+                           users={"admin": "admin", "viewer": "viewer"})
     server.start()
     try:
         server.wait_for_dag(DAG)
@@ -152,6 +153,14 @@ def test_page_shows_schedules_and_its_actions_take_effect(airflow: AirflowServer
     page.close()
 
 
-def test_page_refuses_an_anonymous_action(airflow: AirflowServer) -> None:
+def test_every_action_goes_through_the_auth_manager(airflow: AirflowServer) -> None:
     airflow.api("POST", "/changeflow/api/schedules/p1/disable", {}, token="", expect=401)
     airflow.api("GET", "/changeflow/api/views/schedules", token="", expect=401)
+    viewer = airflow.login("viewer")
+    rows = airflow.api("GET", "/changeflow/api/views/schedules?pipeline=b", token=viewer)["rows"]
+    assert [r["propagation"] for r in rows] == ["p1"]
+    for action in ("disable", "enable", "alter", "trigger", "backfill"):
+        airflow.api("POST", f"/changeflow/api/schedules/p1/{action}", {}, token=viewer,
+                    expect=403)
+    store = schedule_store(load_config(airflow.config), "p1")  # type: ignore[attr-defined]
+    assert not store.require("p1").disabled  # nothing changed

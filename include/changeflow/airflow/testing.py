@@ -58,6 +58,7 @@ class AirflowServer:
     home: Path
     dags: Path
     env: dict[str, str] = field(default_factory=dict)
+    users: dict[str, str] = field(default_factory=lambda: {"admin": "admin"})
     port: int = field(default_factory=free_port)
     procs: list[subprocess.Popen[bytes]] = field(default_factory=list)
     token: str | None = None
@@ -80,7 +81,8 @@ class AirflowServer:
             "AIRFLOW__CORE__EXECUTOR": "LocalExecutor",
             "AIRFLOW__CORE__PARALLELISM": "4",
             "AIRFLOW__CORE__DAGS_ARE_PAUSED_AT_CREATION": "True",
-            "AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_USERS": "admin:admin",
+            "AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_USERS": ",".join(
+                f"{u}:{r}" for u, r in self.users.items()),
             "AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_PASSWORDS_FILE": str(self.home / "passwords.json"),
             "AIRFLOW__DATABASE__SQL_ALCHEMY_CONN": f"sqlite:///{self.home}/airflow.db",
             "AIRFLOW__LOGGING__BASE_LOG_FOLDER": str(self.home / "logs"),
@@ -110,7 +112,7 @@ class AirflowServer:
     def start(self, timeout: float = 180) -> AirflowServer:
         """Migrate the database and start the components; wait for the API server."""
         self.home.mkdir(parents=True, exist_ok=True)
-        (self.home / "passwords.json").write_text(json.dumps({"admin": PASSWORD}))
+        (self.home / "passwords.json").write_text(json.dumps({u: PASSWORD for u in self.users}))
         self.run("airflow", "db", "migrate")
         logs = self.home / "component-logs"
         logs.mkdir(exist_ok=True)
@@ -142,14 +144,16 @@ class AirflowServer:
             out.append(f"--- {f.name}\n{f.read_text(errors='replace')[-tail:]}")
         return "\n".join(out)
 
-    def login(self) -> str:
-        """A JWT for the REST API (``POST /auth/token``)."""
-        body = json.dumps({"username": "admin", "password": PASSWORD}).encode()
+    def login(self, user: str = "admin") -> str:
+        """A JWT for the REST API (``POST /auth/token``); the admin's is kept as default."""
+        body = json.dumps({"username": user, "password": PASSWORD}).encode()
         req = urllib.request.Request(f"{self.url}/auth/token", data=body, method="POST",
                                      headers={"Content-Type": "application/json"})
         with urllib.request.urlopen(req, timeout=10) as resp:
-            self.token = json.loads(resp.read())["access_token"]
-        return self.token
+            token = str(json.loads(resp.read())["access_token"])
+        if user == "admin":
+            self.token = token
+        return token
 
     def api(self, method: str, path: str, body: Any = None, *, token: str | None = None,
             expect: int | None = None) -> Any:
