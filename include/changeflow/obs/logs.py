@@ -71,11 +71,23 @@ class JsonFormatter(logging.Formatter):
         return json.dumps(out, default=str)
 
 
+class _StderrHandler(logging.StreamHandler):  # type: ignore[type-arg]
+    """A handler writing to whatever ``sys.stderr`` is when a record is emitted."""
+
+    @property  # type: ignore[override]
+    def stream(self) -> Any:
+        return sys.stderr
+
+    @stream.setter
+    def stream(self, _value: Any) -> None:
+        pass
+
+
 def run_logger() -> logging.Logger:
     """The ``changeflow.run`` logger, writing JSON lines to standard error (set up once)."""
     log = logging.getLogger(RUN_LOGGER)
     if not any(getattr(h, "_changeflow", False) for h in log.handlers):
-        handler = logging.StreamHandler(sys.stderr)
+        handler = _StderrHandler()
         handler.setFormatter(JsonFormatter())
         handler._changeflow = True  # type: ignore[attr-defined]
         log.addHandler(handler)
@@ -84,9 +96,9 @@ def run_logger() -> logging.Logger:
     return log
 
 
-def event(name: str, **fields: Any) -> None:
+def event(what: str, /, **fields: Any) -> None:
     """Write one run event (``start``, ``progress``, ``end``, ``error``) as a JSON line."""
-    run_logger().info(name, extra={"fields": {"event": name, **fields}})
+    run_logger().info(what, extra={"fields": {"event": what, **fields}})
 
 
 def use_json_logs(force: bool = False) -> bool:

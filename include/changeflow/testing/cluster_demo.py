@@ -70,8 +70,8 @@ def run(work: Path, *, rounds: int = 1, employees: int = 60) -> dict[str, Any]:
     from changeflow.demo.hr import generate
 
     shutil.rmtree(work, ignore_errors=True)
-    (work / "pg").mkdir(parents=True)
-    pg = PgCluster(root=work / "pg").start()
+    work.mkdir(parents=True)
+    pg = PgCluster().start()  # under /tmp: the postgres user must reach its directory
     spark = SparkStandalone(workers=2, root=work / "spark")
     try:
         for n in (1, 2):
