@@ -100,7 +100,7 @@ def debezium_capture(spark: Any, n: int) -> dict[str, Any]:
     for attempt in range(2):
         out = work / f"raw{attempt}"
         t = time.perf_counter()
-        spark.read.json(str(work / "events")).write.parquet(str(out))
+        spark.read.json(str(work / "events" / "pg1.shop.orders")).write.parquet(str(out))
         raw_times.append(time.perf_counter() - t)
         run = work / f"run{attempt}"
         run.mkdir()
