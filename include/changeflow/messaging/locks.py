@@ -27,7 +27,7 @@ import socket
 from collections.abc import Iterable
 from typing import Any
 
-from sqlalchemy import and_, delete, select, update
+from sqlalchemy import and_, delete, literal_column, select, update
 from sqlalchemy.engine import Connection
 from sqlalchemy.sql.elements import ColumnElement
 
@@ -152,7 +152,8 @@ def reclaim(conn: Connection, now: dt.datetime, queue: str | None = None) -> dic
 
 def promote(conn: Connection, now: dt.datetime, queue: str | None = None) -> int:
     """WAITING messages whose delay has passed become READY."""
-    where = and_(M.c.state == State.WAITING.value, M.c.visible_at <= now)
+    # a literal, so that PostgreSQL's generic plans can use the partial index too
+    where = and_(M.c.state == literal_column("'WAITING'"), M.c.visible_at <= now)
     if queue is not None:
         where = and_(where, M.c.queue == queue)
     done = conn.execute(update(M).where(where).values(state=State.READY.value, state_time=now))

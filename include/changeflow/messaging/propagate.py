@@ -33,7 +33,7 @@ import uuid
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from sqlalchemy import and_, select, update
+from sqlalchemy import and_, literal_column, select, update
 from sqlalchemy.engine import Connection, Row
 
 from changeflow import faults
@@ -127,7 +127,8 @@ def propagate_user_messages(cfg: PipelineConfig, spec: PropagationSpec, lease: L
 def _any_addressed(store: StateStore, queue: str, address: str) -> bool:
     """Whether any delivery to this address is in the queue (a read; no write lock)."""
     with store.read() as conn:
-        return conn.execute(select(M.c.id).where(M.c.address == address, M.c.queue == queue)
+        return conn.execute(select(M.c.id).where(M.c.address == address, M.c.queue == queue,
+                                                 M.c.address != literal_column("''"))
                             .limit(1)).first() is not None
 
 
@@ -140,6 +141,7 @@ def _lock(store: StateStore, queue: str, address: str, producer: str, run: str,
                      .values(lock_txn=None, lock_mode=None, lock_expires=None))
         locks.promote(conn, now, queue)
         stmt = (select(M).where(M.c.queue == queue, M.c.address == address,
+                                M.c.address != literal_column("''"),
                                 M.c.state == State.READY.value, M.c.lock_txn.is_(None))
                 .order_by(M.c.k1, M.c.k2, M.c.id).limit(limit))
         if store.dialect == "postgresql":
