@@ -88,6 +88,7 @@ class Taken:
     row: Row[Any]
     payload: Any = None
     decoded: bool = False
+    mtype: T.TypeDef | None = None  # to decode the payload after the transaction
 
 
 def _shape(req: Request, cursor: Cursor, postgres: bool) -> tuple[Any, ...]:
@@ -273,16 +274,19 @@ def take(conn: Connection, req: Request, taken: Taken, discard: list[int],
         conn.execute(delete(M).where(M.c.id == rid))
 
 
-def to_message(conn: Connection, url: str, req: Request, taken: Taken) -> Message:
-    """The :class:`Message` a dequeue returns."""
+def to_message(conn: Connection | None, url: str, req: Request, taken: Taken) -> Message:
+    """The :class:`Message` a dequeue returns (``conn`` may be None when ``taken.mtype``)."""
     row = taken.row
     payload: Any = None
     if req.mode is not DequeueMode.REMOVE_NODATA:
         if taken.decoded:
             payload = taken.payload
         else:
-            payload = D.message_type(conn, url, row.msg_type).decode(row.payload,
-                                                                     row.payload_raw)
+            mtype = taken.mtype
+            if mtype is None:
+                assert conn is not None
+                mtype = D.message_type(conn, url, row.msg_type)
+            payload = mtype.decode(row.payload, row.payload_raw)
     return from_row(row, payload)
 
 

@@ -107,12 +107,13 @@ class Receiver:
             req = self._request(spec, checked, now)
             cursor = self._cursor(spec)
             self._housekeep(conn, spec.queue, now, force=False)
-            msgs = self._take(conn, req, cursor, now, limit)
-            if not msgs and self._housekeep(conn, spec.queue, now, force=True):
-                msgs = self._take(conn, req, cursor, now, limit)
-        if not msgs:
+            taken = self._take(conn, req, cursor, now, limit)
+            if not taken and self._housekeep(conn, spec.queue, now, force=True):
+                taken = self._take(conn, req, cursor, now, limit)
+        if not taken:
             self._explain_empty(spec, checked, first)
-        return msgs
+        # decoded after the commit: the write lock is held for the statements only
+        return [DQ.to_message(None, self.s.store.url, req, t) for t in taken]
 
     # -- checks ----------------------------------------------------------------------------
     def check(self, spec: Spec, *, fresh: bool) -> _Checked:
@@ -176,11 +177,11 @@ class Receiver:
 
     # -- attempts ---------------------------------------------------------------------------
     def _take(self, conn: Connection, req: DQ.Request, cursor: DQ.Cursor, now: dt.datetime,
-              limit: int) -> list[Message]:
+              limit: int) -> list[DQ.Taken]:
         url, postgres = self.s.store.url, self.s.postgres
         if DQ.fast(req):
             rows = DQ.take_first(conn, req, cursor, now, postgres, limit)
-            out = [DQ.to_message(conn, url, req, DQ.Taken(r)) for r in rows]
+            out = [DQ.Taken(r, mtype=D.message_type(conn, url, r.msg_type)) for r in rows]
             for r in rows:
                 self._track(req, r)
             if rows:
@@ -189,17 +190,19 @@ class Receiver:
                   and req.navigation is Navigation.NEXT_MESSAGE):
                 DQ.find(conn, url, req, cursor, now, postgres)  # raises EndOfGroupError
             return out
-        out = []
-        while len(out) < limit:
+        found: list[DQ.Taken] = []
+        while len(found) < limit:
             taken, discard = DQ.find(conn, url, req, cursor, now, postgres)
             if taken is None:
                 DQ.take_discards(conn, discard)
                 break
             DQ.take(conn, req, taken, discard, now)
-            out.append(DQ.to_message(conn, url, req, taken))
+            if not taken.decoded:
+                taken.mtype = D.message_type(conn, url, taken.row.msg_type)
+            found.append(taken)
             DQ.advance(cursor, req, taken.row)
             self._track(req, taken.row)
-        return out
+        return found
 
     def _track(self, req: DQ.Request, row: Row[Any]) -> None:
         """Remember the locks the session's transaction now holds."""

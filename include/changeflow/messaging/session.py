@@ -205,17 +205,17 @@ class Session:
             plist = [MessageProperties.of(p) for p in properties]
         vis = Visibility.parse(visibility)
         alone = vis is Visibility.IMMEDIATE or (commit and not self.in_transaction)
-        ctx = self.store.begin() if alone else self.store.read()
-        with ctx as conn:
+        # Checks and encoding in a read: the write transaction (and its lock) stays short.
+        with self.store.read() as conn:
             now = utcnow()
             props = D.queue(conn, name)
             prepared = [EQ.prepare(conn, self.store, props, p, pr, type_name=type_name,
                                    user=self.user, max_size=self.settings.max_message_size,
                                    now=now) for p, pr in zip(payloads, plist, strict=True)]
-            if alone:
-                txn = self.transaction_id if commit else f"{self._prefix}:{next(self._serial)}"
-                written = EQ.write(conn, self.store, prepared, txn, now, {name: props})
         if alone:
+            txn = self.transaction_id if commit else f"{self._prefix}:{next(self._serial)}"
+            with self.store.begin() as conn:  # checked a moment ago, in the read
+                written = EQ.write(conn, self.store, prepared, txn, now, {name: props})
             if commit:
                 self._reset()
             self._signal(written)
