@@ -489,3 +489,25 @@ def run_time_manager(target: Target) -> dict[str, int]:
     from changeflow.messaging.timemanager import run_once
 
     return run_once(_store(target)).as_dict()
+
+
+# -- reading the dictionary ----------------------------------------------------------------
+def queue_properties(target: Target, queue: str) -> D.QueueProps:
+    """A queue's properties (payload type, sort order, consumers, security, state).
+
+    Raises:
+        QueueNotFoundError, QueueDroppedError: no such queue.
+    """
+    with _store(target).read() as conn:
+        return D.queue(conn, queue_name(queue))
+
+
+def message_type(target: Target, name: str) -> T.TypeDef:
+    """A message type (built in or declared): its kind and fields, e.g. to map XML payloads.
+
+    Raises:
+        UnknownTypeError: no such type.
+    """
+    store = _store(target)
+    with store.read() as conn:
+        return D.message_type(conn, store.url, name)

@@ -96,6 +96,8 @@ def test_types(store: StateStore) -> None:
     with pytest.raises(MessagingError, match="in use by queues"):
         admin.drop_type(store, "hr.emp_t")
     assert views.types(store)[0]["fields"] == "id INTEGER, name VARCHAR2(30)"
+    assert admin.message_type(store, "hr.emp_t").field_names == ("id", "name")
+    assert admin.queue_properties(store, "hr.e").payload_type == "HR.EMP_T"
 
 
 PIPELINE = """
