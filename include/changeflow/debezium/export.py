@@ -245,6 +245,10 @@ def _write_topic(spark: SparkSession, lines: DataFrame, directory: str, topic: s
     parts = [st.getPath() for st in hfs.listStatus(Path(staging))
              if str(st.getPath().getName()).startswith("part-")]
     if written and parts:
-        hfs.rename(parts[0], Path(target, f"{topic}+0+{offset:010d}.json"))
+        name = f"{topic}+0+{offset:010d}.json"
+        hfs.rename(parts[0], Path(target, name))
+        crc = Path(target, f".{name}.crc")  # the local file system's checksum, moved along
+        if hfs.exists(crc):
+            hfs.delete(crc, False)
     hfs.delete(Path(staging), True)
     return written

@@ -51,6 +51,7 @@ SCHEMA = {"type": "struct", "name": "inv.inventory.customers.Envelope", "optiona
                      {"type": "struct", "fields": [], "field": "source"},
                      {"type": "string", "field": "op"}]}
 BIG = D("12345678901234567890.1234567890")
+BIG_UNSCALED = 123456789012345678901234567890  # BIG * 10**10, exactly
 
 
 def _source(lsn: int, tx: int, last_commit: int | None, table: str = "customers",
@@ -67,7 +68,7 @@ def _event(op: str, before: Any, after: Any, source: dict[str, Any]) -> dict[str
                                           "op": op, "ts_ms": 1700000001000}}
 
 
-ROW1 = {"id": 1, "name": "Ann", "balance": b64(1234), "big": b64(int(BIG * 10**10)),
+ROW1 = {"id": 1, "name": "Ann", "balance": b64(1234), "big": b64(BIG_UNSCALED),
         "ratio": {"scale": 3, "value": b64(12345)}, "created": 1700000000123456,
         "seen": "2024-01-02T01:04:05.5+02:00",
         "born": (dt.date(2024, 1, 1) - dt.date(1970, 1, 1)).days, "photo": "AP8=",
@@ -85,7 +86,7 @@ def test_connector_events_become_typed_lcrs(spark: Any, tmp_path: Path, dbz: Any
     root = tmp_path / "topics"
     dbz.write_events(root / "inv.inventory.customers" / "inv.inventory.customers+0+0000000000.json", [
         _event("r", None, ROW1, _source(1000, 500, None, snapshot="true")),
-        _event("c", None, {"id": 2, "name": "Bob", "balance": b64(-15), "big": b64(-int(BIG * 10**10)),
+        _event("c", None, {"id": 2, "name": "Bob", "balance": b64(-15), "big": b64(-BIG_UNSCALED),
                            "ratio": None, "created": None, "seen": None, "born": None,
                            "photo": None, "active": False, "score": None},
                _source(2100, 501, 2000)),
