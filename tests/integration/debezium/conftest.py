@@ -26,9 +26,9 @@ def pg() -> Iterator[PgCluster]:
         cluster.stop()
 
 
-def pipeline(root: Path, body: str) -> PipelineConfig:
+def pipeline(root: Path, body: str, *, quality: bool = True) -> PipelineConfig:
     """A one-site pipeline (SQLite state store) with ``body`` appended."""
-    text = textwrap.dedent("""
+    text = ("quality: {enabled: false}\n" if not quality else "") + textwrap.dedent("""
         version: 1
         sites:
           s1: {staging_root: s1/staging, target_root: s1/targets,

@@ -194,7 +194,7 @@ def test_bad_files_are_refused_and_nothing_is_enqueued(spark: Any, tmp_path: Pat
               root: {root}
               tables: [{{name: inventory.orders, key: [id],
                          columns: {{id: integer, total: "numeric(10,2)"}}}}]
-    """)
+    """, quality=False)
     with pytest.raises(DebeziumFileError) as err:
         run_debezium_capture(spark, cfg, "dbz")
     assert message in str(err.value)
@@ -219,7 +219,7 @@ def test_a_captured_file_that_changes_is_refused(spark: Any, tmp_path: Path, dbz
             source: {{type: debezium, database: pg1, root: {root},
                       tables: [{{name: inventory.orders, key: [id],
                                  columns: {{id: integer, total: "numeric(10,2)"}}}}]}}
-    """)
+    """, quality=False)
     assert run_debezium_capture(spark, cfg, "dbz").messages == 1
     dbz.write_events(f, [ev, ev])
     with pytest.raises(DebeziumFileError, match="changed after it was captured"):

@@ -94,6 +94,7 @@ def _two_way(spark: Any, root: Path, conditions: bool) -> tuple[Any, list[int]]:
     (root / "p.yaml").write_text(textwrap.dedent(f"""
         version: 1
         rules: rules.yaml
+        quality: {{enabled: false}}
         sites:
           a: {{staging_root: a/staging, target_root: a/targets, state_url: "sqlite:///a/s.db",
               database: DBA.EXAMPLE.COM}}
