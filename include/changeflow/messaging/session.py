@@ -104,7 +104,9 @@ class Session:
 
     def __init__(self, store: StateStore, *, user: str | None = None, site: str | None = None,
                  rules: RulesLookup | None = None, settings: Settings | None = None) -> None:
-        self.store = store
+        from changeflow.messaging.engines import session_store
+
+        self.store = session_store(store)
         self.user = agent_name(user) or None
         self.site = site
         self.settings = settings or Settings()
@@ -205,24 +207,43 @@ class Session:
             plist = [MessageProperties.of(p) for p in properties]
         vis = Visibility.parse(visibility)
         alone = vis is Visibility.IMMEDIATE or (commit and not self.in_transaction)
-        # Checks and encoding in a read: the write transaction (and its lock) stays short.
+        if alone and self.postgres:  # one transaction: row locks do not block other writers
+            with self.store.begin() as conn:
+                prepared, props, now = self._prepare(conn, name, payloads, plist, type_name)
+                written = self._write_alone(conn, prepared, commit, now, props)
+            return self._done_alone(prepared, written, commit)
+        # SQLite has one writer: checks and encoding in a read keep the write lock short
         with self.store.read() as conn:
-            now = utcnow()
-            props = D.queue(conn, name)
-            prepared = [EQ.prepare(conn, self.store, props, p, pr, type_name=type_name,
-                                   user=self.user, max_size=self.settings.max_message_size,
-                                   now=now) for p, pr in zip(payloads, plist, strict=True)]
+            prepared, props, now = self._prepare(conn, name, payloads, plist, type_name)
         if alone:
-            txn = self.transaction_id if commit else f"{self._prefix}:{next(self._serial)}"
-            with self.store.begin() as conn:  # checked a moment ago, in the read
-                written = EQ.write(conn, self.store, prepared, txn, now, {name: props})
-            if commit:
-                self._reset()
-            self._signal(written)
-            return [m.msg_id for m in prepared]
+            with self.store.begin() as conn:
+                written = self._write_alone(conn, prepared, commit, now, props)
+            return self._done_alone(prepared, written, commit)
         self._pending.extend(prepared)
         if commit:
             self.commit()
+        return [m.msg_id for m in prepared]
+
+    def _prepare(self, conn: Connection, name: str, payloads: Sequence[Any],
+                 plist: list[MessageProperties], type_name: str | None
+                 ) -> tuple[list[EQ.Pending], D.QueueProps, dt.datetime]:
+        now = utcnow()
+        props = D.queue(conn, name)
+        prepared = [EQ.prepare(conn, self.store, props, p, pr, type_name=type_name,
+                               user=self.user, max_size=self.settings.max_message_size, now=now)
+                    for p, pr in zip(payloads, plist, strict=True)]
+        return prepared, props, now
+
+    def _write_alone(self, conn: Connection, prepared: list[EQ.Pending], commit: bool,
+                     now: dt.datetime, props: D.QueueProps) -> dict[str, list[str]]:
+        txn = self.transaction_id if commit else f"{self._prefix}:{next(self._serial)}"
+        return EQ.write(conn, self.store, prepared, txn, now, {props.name: props})
+
+    def _done_alone(self, prepared: list[EQ.Pending], written: dict[str, list[str]],
+                    commit: bool) -> list[str]:
+        if commit:
+            self._reset()
+        self._signal(written)
         return [m.msg_id for m in prepared]
 
     # -- dequeue -------------------------------------------------------------------------
