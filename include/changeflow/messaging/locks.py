@@ -202,6 +202,11 @@ def _target(conn: Connection, queue: str, own: str | None) -> str:
     props = D.queue(conn, queue, allow_dropped=True)
     if props.is_exception:
         return props.name
+    row = conn.execute(select(Q.c.status).where(Q.c.name == props.exception_queue)).first()
+    if row is not None and row.status == "dropped":  # stays dropped: keep it where it is
+        log.warning("exception queue %s was dropped; expired messages stay in %s",
+                    props.exception_queue, queue)
+        return queue
     return ensure_exception_queue(conn, props)
 
 

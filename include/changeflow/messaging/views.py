@@ -151,13 +151,14 @@ def exception_messages(store: StateStore, queue: str, *, limit: int = 100
                        ) -> list[dict[str, Any]]:
     """The EXPIRED and UNDELIVERABLE messages of an exception queue.
 
-    ``queue`` may also be a normal queue: its queue table's exception queue is shown.
+    ``queue`` may also be a normal queue: its queue table's exception queue is shown (and
+    messages that expired in place, if that exception queue was dropped).
     """
     name = queue_name(queue)
     with store.read() as conn:
         props = D.queue(conn, name)
-        target = props.name if props.is_exception else props.exception_queue
-        rows = conn.execute(select(M).where(M.c.queue == target,
+        targets = {props.name} if props.is_exception else {props.name, props.exception_queue}
+        rows = conn.execute(select(M).where(M.c.queue.in_(targets),
                                             M.c.state.in_(EXCEPTION_STATES))
                             .order_by(M.c.state_time, M.c.id).limit(limit)).all()
     return [_message_row(r) for r in rows]
