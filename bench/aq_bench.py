@@ -105,20 +105,16 @@ def _plain_worker(url: str, op: str, n: int, batch: int, barrier: Any, out: Any)
     started = time.perf_counter()
     done = 0
     while done < n:
+        k = min(batch, n - done)
         if sqlite:
             conn.execute("BEGIN IMMEDIATE")
-        if op == "enqueue":
-            for _ in range(min(batch, n - done)):
-                conn.execute("INSERT INTO plain_q (payload) VALUES (?)" if sqlite else
-                             "INSERT INTO plain_q (payload) VALUES (%s)", (text,))
-                done += 1
-        else:
-            got = 0
-            for _ in range(min(batch, n - done)):
-                row = conn.execute(_PLAIN_DEQUEUE[sqlite]).fetchone()
-                if row is None:
-                    break
-                got += 1
+        if op == "enqueue":  # a batch is one executemany
+            sql = "INSERT INTO plain_q (payload) VALUES (?)" if sqlite else \
+                "INSERT INTO plain_q (payload) VALUES (%s)"
+            (conn if sqlite else conn.cursor()).executemany(sql, [(text,)] * k)
+            done += k
+        else:  # a batch is one DELETE of up to k rows
+            got = len(conn.execute(_PLAIN_DEQUEUE[sqlite].format(k=k)).fetchall())
             done += got
             if not got:
                 conn.execute("COMMIT") if sqlite else conn.commit()
@@ -128,9 +124,9 @@ def _plain_worker(url: str, op: str, n: int, batch: int, barrier: Any, out: Any)
 
 
 _PLAIN_DEQUEUE = {
-    True: "DELETE FROM plain_q WHERE id = (SELECT id FROM plain_q ORDER BY id LIMIT 1) "
+    True: "DELETE FROM plain_q WHERE id IN (SELECT id FROM plain_q ORDER BY id LIMIT {k}) "
           "RETURNING payload",
-    False: "DELETE FROM plain_q WHERE id = (SELECT id FROM plain_q ORDER BY id LIMIT 1 "
+    False: "DELETE FROM plain_q WHERE id IN (SELECT id FROM plain_q ORDER BY id LIMIT {k} "
            "FOR UPDATE SKIP LOCKED) RETURNING payload",
 }
 
@@ -222,7 +218,7 @@ def _latency_plain(url: str, n: int) -> list[float]:
         while True:
             if sqlite:
                 conn.execute("BEGIN IMMEDIATE")
-            row = conn.execute(_PLAIN_DEQUEUE[sqlite]).fetchone()
+            row = conn.execute(_PLAIN_DEQUEUE[sqlite].format(k=1)).fetchone()
             conn.execute("COMMIT") if sqlite else conn.commit()
             if row is not None:
                 lags.append(time.time() - json.loads(row[0])["sent"])
