@@ -7,7 +7,7 @@ ENV := $(ROOT)/scripts/env.sh
 STAMP := $(VENV)/.installed
 PYTHON ?= python3
 
-.PHONY: setup demo test test-fast bench airflow lint typecheck render clean system-deps \
+.PHONY: setup demo test test-fast bench chaos airflow lint typecheck render clean system-deps \
 	cluster demo-3site
 
 ## setup: system packages, the virtualenv with pinned requirements, the package itself
@@ -45,6 +45,10 @@ demo-3site: setup
 ## bench: benchmarks; results in bench-results.json
 bench: setup
 	$(ENV) $(PY) -m bench $(BENCH_ARGS)
+
+## chaos: the long chaos suite (50+ kills, concurrent runs, outages, pgbench); chaos-results.json
+chaos: setup
+	$(ENV) $(PY) -m changeflow.testing.chaos --postgres $(CHAOS_ARGS)
 
 ## airflow: Airflow standalone (scheduler, API server, UI on localhost:8080)
 airflow: setup

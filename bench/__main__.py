@@ -21,12 +21,14 @@ SIZES = {"small": {"rows": 500_000, "pg": "small"}, "full": {"rows": 5_000_000, 
 # (name, module, how to call its run())
 SUITES = [
     ("pipeline", "bench.pipeline_bench", "rows"),
+    ("apply", "bench.apply_bench", "rows"),
     ("rules", "bench.rules_bench", "rows"),
     ("quality", "bench.quality_bench", "rows"),
     ("schedules", "bench.schedule_bench", "rows"),
     ("postgres", "bench.pg_bench", "pg"),
     ("aq", "bench.aq_bench", "pg"),
     ("ops", "bench.ops_bench", "rows"),
+    ("reliability", "bench.reliability_bench", "rows"),
 ]
 
 

@@ -63,3 +63,18 @@ def list_dirs(spark: SparkSession, uri: str) -> list[str]:
     if not fs.exists(p):
         return []
     return sorted(str(st.getPath().getName()) for st in fs.listStatus(p) if st.isDirectory())
+
+
+def ensure_dir(spark: SparkSession, uri: str) -> str | None:
+    """Make sure a directory exists and can hold new files.
+
+    Returns:
+        ``None`` when it can, else why not (a file in its place, mkdirs refused, I/O error).
+    """
+    try:
+        fs, p = _path(spark, uri)
+        if fs.exists(p):
+            return None if fs.getFileStatus(p).isDirectory() else "a file is in its place"
+        return None if fs.mkdirs(p) else "the file system refused to create it"
+    except Exception as exc:  # noqa: BLE001  (a JVM I/O error of any kind)
+        return (str(exc).strip().splitlines() or [type(exc).__name__])[0][:300]

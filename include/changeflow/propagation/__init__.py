@@ -36,9 +36,10 @@ from typing import TYPE_CHECKING
 
 from changeflow import faults, fs, quality
 from changeflow.config import PipelineConfig, PropagationSpec
+from changeflow.errors import DestinationUnavailableError
 from changeflow.messaging.propagate import propagate_user_messages
 from changeflow.queues import io as qio
-from changeflow.sites import consumer_name, open_pipeline, queue_site
+from changeflow.sites import SiteRuntime, consumer_name, open_pipeline, queue_site
 from changeflow.state.leases import Lease
 
 if TYPE_CHECKING:
@@ -132,6 +133,7 @@ def _propagate(spark: SparkSession, cfg: PipelineConfig, spec: PropagationSpec, 
         result.seconds = time.monotonic() - started
         return result
     first, last = batches[0].seq, batches[-1].seq
+    _check_destination(spark, dst_rt, dst_q, spec.destination_queue)
     result.batches_read = len(batches)
     result.messages_read = sum(b.n_messages for b in batches)
     df = qio.read_batches(spark, batches)
@@ -176,6 +178,14 @@ def _propagate(spark: SparkSession, cfg: PipelineConfig, spec: PropagationSpec, 
     if failed is not None:
         raise failed
     return result
+
+
+def _check_destination(spark: SparkSession, rt: SiteRuntime, queue: str, ref: str) -> None:
+    """Fail fast, before reading anything, when the destination cannot take a batch."""
+    path = rt.catalog.queue_path(queue)
+    if (why := fs.ensure_dir(spark, path)) is not None:
+        raise DestinationUnavailableError(
+            f"destination queue {ref} (site {rt.name}) cannot be written at {path}: {why}")
 
 
 def _lease_guard(lease: Lease, same_store: bool) -> Callable[[Connection], None]:

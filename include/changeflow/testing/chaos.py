@@ -1,0 +1,572 @@
+"""The chaos suite: kill stages, overlap runs, cut destinations off; count lost and duplicated.
+
+The product promises that a message is neither lost nor duplicated. This module proves
+it on a real pipeline (HR snapshots at site 1 → capture → queue@s1 → propagation →
+queue@s2 → apply into Parquet targets), with real processes:
+
+* :func:`kill_trial` adds a round of source changes, then runs the three stages in
+  order; one of them runs as its job entry point (``jobs/<kind>.py``) in a separate
+  process that dies with ``kill -9`` semantics, either at a named crash point (before,
+  between or after its commits: :mod:`changeflow.faults`) or by a real ``SIGKILL`` at a
+  random moment while it holds its lease (during its work). The stage is then re-run
+  to completion and the invariants are checked.
+* :func:`concurrency_trial` starts two or three runs of one component at once, from
+  different entry points (the job file, the ``changeflow run`` command, in-process).
+* :func:`outage_trial` makes the destination unwritable for a whole series of
+  windows: the backlog is kept, the 16th failure disables the schedule, and after it
+  is enabled the backlog drains completely.
+
+Invariants, checked after every trial (:meth:`Rig.check`): every captured message id
+is in queue@s1 once; every one of them reached queue@s2 exactly once (audit consumers
+keep both queues' batches for counting); the targets equal the source's final state.
+
+``make chaos`` runs the long size (``python -m changeflow.testing.chaos``) and writes
+its figures to ``chaos-results.json``; the test suite runs a few trials per stage.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import json
+import os
+import random
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import textwrap
+import threading
+import time
+from collections import Counter
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
+
+ROOT = Path(__file__).resolve().parents[3]
+AUDIT = "audit:chaos"
+STAGES = ("capture", "propagation", "apply")
+NAMES = {"capture": "cap", "propagation": "p12", "apply": "ap"}
+CRASH_POINTS = {
+    "capture": ["capture.after_commit"],
+    "propagation": ["propagation.before_destination_commit",
+                    "propagation.after_destination_commit", "propagation.after_source_ack"],
+    "apply": ["apply.before_commit", "apply.after_commit"],
+}
+
+PIPELINE = """
+version: 1
+sites:
+  s1: {staging_root: s1/staging, target_root: s1/targets, state_url: "STATE1",
+       database: DBS1.EXAMPLE.COM}
+  s2: {staging_root: s2/staging, target_root: s2/targets, state_url: "STATE2",
+       database: DBS2.EXAMPLE.COM}
+queues:
+  - {name: strmadmin.streams_queue, site: s1}
+  - {name: strmadmin.streams_queue, site: s2}
+captures:
+  - name: cap
+    queue: strmadmin.streams_queue@s1
+    source:
+      type: snapshot
+      database: DBS1.EXAMPLE.COM
+      root: source
+      tables:
+        - {name: hr.departments, key: [department_id]}
+        - {name: hr.employees, key: [employee_id]}
+        - {name: hr.job_history, key: [employee_id, start_date]}
+propagations:
+  - name: p12
+    source_queue: strmadmin.streams_queue@s1
+    destination_queue: strmadmin.streams_queue@s2
+    limits: {max_messages: 400}
+applies:
+  - {name: ap, queue: strmadmin.streams_queue@s2, buckets: 4}
+"""
+
+
+@dataclass
+class Figures:
+    """What the trials did and what they found."""
+
+    trials: int = 0
+    kills: int = 0
+    finished_before_kill: int = 0
+    messages: int = 0
+    lost: int = 0
+    duplicated: int = 0
+    target_mismatches: int = 0
+    by_scenario: dict[str, int] = field(default_factory=dict)
+    failures: list[str] = field(default_factory=list)
+
+    def count(self, scenario: str) -> None:
+        self.trials += 1
+        self.by_scenario[scenario] = self.by_scenario.get(scenario, 0) + 1
+
+    @property
+    def ok(self) -> bool:
+        return not (self.lost or self.duplicated or self.target_mismatches or self.failures)
+
+
+class Rig:
+    """A chaos pipeline in a directory, with the session that runs its stages in-process.
+
+    Args:
+        root: an empty directory.
+        spark: the session for in-process runs and checks.
+        state_urls: the two sites' state stores (default: SQLite files under ``root``).
+        employees: size of the HR source.
+        changes: changes per round.
+    """
+
+    def __init__(self, root: Path, spark: SparkSession, *, state_urls: tuple[str, str] | None
+                 = None, employees: int = 150, changes: int = 60):
+        from changeflow.config import load_config
+        from changeflow.demo import hr
+
+        self.root, self.spark, self.changes, self.employees = root, spark, changes, employees
+        s1, s2 = state_urls or ("sqlite:///s1/state.db", "sqlite:///s2/state.db")
+        text = PIPELINE.replace("STATE1", s1).replace("STATE2", s2)
+        self.config = root / "pipeline.yaml"
+        self.config.write_text(textwrap.dedent(text))
+        hr.generate(str(root / "source"), rounds=0, employees=employees, changes=changes)
+        self.cfg = load_config(self.config)
+        self._add_auditors()
+
+    def _add_auditors(self) -> None:
+        from changeflow.sites import open_pipeline, queue_site
+
+        open_pipeline(self.cfg)
+        for ref in ("strmadmin.streams_queue@s1", "strmadmin.streams_queue@s2"):
+            rt, q = queue_site(self.cfg, ref)
+            rt.catalog.add_consumer(q, AUDIT, "audit")
+
+    # -- running stages ----------------------------------------------------------------
+    def new_round(self) -> None:
+        """Write the next source snapshot (inserts, updates, deletes)."""
+        from changeflow.demo import hr
+
+        hr.generate(str(self.root / "source"), rounds=1, employees=self.employees,
+                    changes=self.changes)
+
+    def run(self, kind: str) -> Any:
+        """Run a stage to completion in this process."""
+        from changeflow.runner import run_component
+
+        return run_component(self.spark, self.cfg, kind, NAMES[kind], lease_wait=120)
+
+    def job(self, kind: str, *, crash_at: str | None = None, entry: str = "job",
+            ) -> subprocess.Popen[str]:
+        """Start a stage as a separate process: its job file, or the ``changeflow`` CLI."""
+        env = {**os.environ, "CHANGEFLOW_DRIVER_MEMORY": "1g",
+               "PYSPARK_PYTHON": sys.executable, "PYSPARK_DRIVER_PYTHON": sys.executable}
+        env.pop("CHANGEFLOW_CRASH_AT", None)
+        if crash_at:
+            env["CHANGEFLOW_CRASH_AT"] = crash_at
+        if entry == "cli":
+            argv = [str(Path(sys.executable).parent / "changeflow"), "run", kind, NAMES[kind],
+                    "--config", str(self.config)]
+        else:
+            argv = [sys.executable, str(ROOT / "jobs" / f"{kind}.py"), "--config",
+                    str(self.config), "--name", NAMES[kind], "--lease-wait", "120"]
+        return subprocess.Popen(argv, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                text=True, start_new_session=True)
+
+    def lease_holder(self, kind: str) -> str | None:
+        """The owner of a stage's lease, when a run holds it."""
+        from changeflow.sites import queue_site
+        from changeflow.state.leases import holder
+
+        spec = self.cfg.component(kind, NAMES[kind])
+        ref = spec.queue if kind != "propagation" else spec.source_queue
+        rt, _ = queue_site(self.cfg, ref)
+        found = holder(rt.store, f"{kind}:{NAMES[kind]}")
+        return None if found is None else str(found["owner"])
+
+    # -- invariants --------------------------------------------------------------------
+    def _ids(self, ref: str) -> list[str]:
+        from changeflow.queues import arrow_io
+        from changeflow.sites import queue_site
+
+        rt, q = queue_site(self.cfg, ref)
+        batches = rt.catalog.pending(q, AUDIT)
+        if not batches:
+            return []
+        return [str(m) for m in arrow_io.read_arrow_batches(batches).column("msg_id")
+                .to_pylist()]
+
+    def check(self, figures: Figures, label: str, *, targets: bool = True) -> None:
+        """Run every stage to completion, count lost/duplicated, compare the targets.
+
+        Counting message ids is cheap; comparing every target with the source's final
+        state runs Spark jobs, so ``targets=False`` skips it (a later check compares).
+        """
+        import contextlib
+        import io
+
+        from changeflow.demo.verify import verify
+
+        for kind in STAGES:
+            self.run(kind)
+        at1, at2 = self._ids("strmadmin.streams_queue@s1"), self._ids("strmadmin.streams_queue@s2")
+        dup = sum(n - 1 for n in Counter(at1).values() if n > 1) + sum(
+            n - 1 for n in Counter(at2).values() if n > 1)
+        lost = len(set(at1) - set(at2))
+        figures.messages = len(set(at1))
+        figures.duplicated += dup
+        figures.lost += lost
+        if dup or lost:
+            figures.failures.append(f"{label}: {lost} lost, {dup} duplicated")
+        if not targets:
+            return
+        with contextlib.redirect_stdout(io.StringIO()):
+            result = verify(self.spark, self.cfg, "ap")
+        if not result.ok:
+            figures.target_mismatches += 1
+            figures.failures.append(f"{label}: targets differ from the source\n{result.report()}")
+
+
+def _reap(proc: subprocess.Popen[str], timeout: float = 300) -> tuple[int, str]:
+    try:
+        _, err = proc.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        _, err = proc.communicate()
+    return proc.returncode, err or ""
+
+
+def kill_trial(rig: Rig, figures: Figures, kind: str, *, point: str | None = None,
+               rng: random.Random | None = None, targets: bool = True) -> None:
+    """One round of changes with ``kind`` killed once: at ``point``, or at random."""
+    rng = rng or random.Random()
+    rig.new_round()
+    for stage in STAGES:
+        if stage != kind:
+            rig.run(stage)
+            continue
+        proc = rig.job(kind, crash_at=point)
+        if point is None:  # a real SIGKILL at a random moment of the work
+            deadline = time.monotonic() + 240
+            while rig.lease_holder(kind) is None and proc.poll() is None \
+                    and time.monotonic() < deadline:
+                time.sleep(0.05)
+            time.sleep(rng.uniform(0.0, 2.5))
+            if proc.poll() is None:
+                os.killpg(proc.pid, signal.SIGKILL)
+        code, err = _reap(proc)
+        if code in (137, -9):
+            figures.kills += 1
+        elif code == 0:
+            figures.finished_before_kill += 1  # the point was not reached, or it was too fast
+        else:
+            figures.failures.append(f"{kind} at {point or 'random'}: exit {code}: {err[-800:]}")
+        rig.run(kind)  # recovery: the next run of the stage
+    figures.count(f"kill {kind}")
+    rig.check(figures, f"kill {kind} at {point or 'random'}", targets=targets)
+
+
+def concurrency_trial(rig: Rig, figures: Figures, kind: str, runs: int = 2, *,
+                      targets: bool = True) -> None:
+    """``runs`` simultaneous runs of one component from different entry points."""
+    rig.new_round()
+    for stage in STAGES[:STAGES.index(kind)]:
+        rig.run(stage)
+    procs = [rig.job(kind, entry="job")]
+    if runs >= 3:
+        procs.append(rig.job(kind, entry="cli"))
+    errors: list[BaseException] = []
+
+    def inproc() -> None:
+        try:
+            rig.run(kind)
+        except BaseException as exc:  # noqa: BLE001  (reported as a trial failure)
+            errors.append(exc)
+
+    t = threading.Thread(target=inproc)
+    t.start()
+    t.join()
+    for p in procs:
+        code, err = _reap(p)
+        if code not in (0, 75):  # 75: waited for the lease and gave up cleanly
+            figures.failures.append(f"concurrent {kind}: exit {code}: {err[-800:]}")
+    figures.failures += [f"concurrent {kind} in-process: {e!r}" for e in errors]
+    figures.count(f"{runs} concurrent {kind}")
+    rig.check(figures, f"{runs} concurrent {kind}", targets=targets)
+
+
+class FastClock:
+    """A clock whose sleeps pass at once and ``speed`` times longer: days of retries in seconds.
+
+    The window waits for a retry in short slices (to notice ``alter`` and ``disable``), so
+    each slice is stretched: one second of waiting passes an hour by default.
+    """
+
+    def __init__(self, speed: float = 3600.0) -> None:
+        self.t = dt.datetime.now(dt.UTC)
+        self.speed = speed
+
+    def now(self) -> dt.datetime:
+        return self.t
+
+    def sleep(self, seconds: float) -> None:
+        self.t += dt.timedelta(seconds=max(0.0, seconds) * self.speed)
+
+
+def outage_trial(rig: Rig, figures: Figures) -> dict[str, Any]:
+    """The destination is unwritable for 16 failed windows; then it drains completely."""
+    from changeflow.schedules.window import ensure_schedule, run_window
+    from changeflow.sites import consumer_name, queue_site
+
+    rig.new_round()
+    rig.run("capture")
+    src_rt, src_q = queue_site(rig.cfg, "strmadmin.streams_queue@s1")
+    backlog = sum(b.n_messages for b in src_rt.catalog.pending(src_q, consumer_name(
+        "propagation", "p12")))
+    dst_rt, dst_q = queue_site(rig.cfg, "strmadmin.streams_queue@s2")
+    qdir = Path(dst_rt.catalog.queue_path(dst_q))
+    qdir.mkdir(parents=True, exist_ok=True)
+    moved = qdir.with_name(qdir.name + ".away")
+    qdir.rename(moved)
+    qdir.write_text("not a directory: the destination is unwritable")
+    clock = FastClock()
+    store = ensure_schedule(rig.cfg, "p12", clock.now())
+    report = run_window(rig.spark, rig.cfg, "p12", start=clock.now(),
+                        end=clock.now() + dt.timedelta(days=30), clock=clock)  # type: ignore[arg-type]
+    row = store.require("p12")
+    kept = sum(b.n_messages for b in src_rt.catalog.pending(src_q, consumer_name(
+        "propagation", "p12")))
+    out = {"backlog": backlog, "kept": kept, "failures": row.state.failures,
+           "disabled": row.disabled, "reason": row.disabled_reason,
+           "alerts": [a["event"] for a in report.alerts], "errors": report.errors[:1]}
+    if not (row.disabled and row.disabled_reason == "failures" and row.state.failures == 16
+            and kept == backlog):
+        figures.failures.append(f"outage: {out}")
+    qdir.unlink()
+    moved.rename(qdir)
+    store.set_disabled("p12", False)
+    past = dt.datetime.now(dt.UTC) - dt.timedelta(hours=1)
+    run_window(rig.spark, rig.cfg, "p12", start=past, end=past + dt.timedelta(minutes=30))
+    out["left_after_enable"] = sum(b.n_messages for b in src_rt.catalog.pending(
+        src_q, consumer_name("propagation", "p12")))
+    if out["left_after_enable"]:
+        figures.failures.append(f"outage: backlog did not drain: {out}")
+    figures.count("outage")
+    rig.check(figures, "outage")
+    return out
+
+
+PG_PIPELINE = """
+version: 1
+sites:
+  s1: {staging_root: s1/staging, target_root: s1/targets, state_url: "STATE1",
+       database: PG1.EXAMPLE.COM}
+  s2: {staging_root: s2/staging, target_root: s2/targets, state_url: "STATE2",
+       database: PG2.EXAMPLE.COM}
+queues:
+  - {name: strm.cq, site: s1}
+  - {name: strm.aq, site: s2}
+captures:
+  - name: pgcap
+    queue: strm.cq@s1
+    source: {type: postgres, database: PG1.EXAMPLE.COM, url_env: CF_CHAOS_PG_SRC,
+             slot: chaos_slot, schemas: [public], batch_changes: 5000}
+propagations:
+  - {name: p12, source_queue: strm.cq@s1, destination_queue: strm.aq@s2}
+applies:
+  - {name: topg, queue: strm.aq@s2, target: {type: postgres, url_env: CF_CHAOS_PG_DST}}
+  - {name: toparquet, queue: strm.aq@s2}
+"""
+PG_TABLES = {"pgbench_accounts": "aid", "pgbench_branches": "bid", "pgbench_tellers": "tid",
+             "pgbench_history": "hid"}
+
+
+def pgbench_trial(spark: SparkSession, root: Path, figures: Figures, *, seconds: int,
+                  rng: random.Random, state_urls: tuple[str, str] | None = None) -> dict:
+    """pgbench on a PostgreSQL source for ``seconds``, each stage SIGKILLed once meanwhile.
+
+    Then every stage runs to completion; both targets (PostgreSQL and Parquet) must
+    equal the source, and every message id must have crossed exactly once.
+    """
+    from changeflow.config import load_config
+    from changeflow.sites import open_pipeline, queue_site
+    from changeflow.testing.pg_cluster import PgCluster
+
+    pg = PgCluster().start()
+    try:
+        os.environ["CF_CHAOS_PG_SRC"] = pg.createdb("chaos_src")
+        os.environ["CF_CHAOS_PG_DST"] = pg.createdb("chaos_dst")
+        for db in ("chaos_src", "chaos_dst"):
+            pg.tool("pgbench", "-q", "-i", "-I", "dtp", "-s", "1", db=db)
+            pg.sql(db, "ALTER TABLE pgbench_history ADD COLUMN hid bigserial PRIMARY KEY")
+        s1, s2 = state_urls or ("sqlite:///s1/state.db", "sqlite:///s2/state.db")
+        path = root / "pg-pipeline.yaml"
+        path.write_text(textwrap.dedent(PG_PIPELINE).replace("STATE1", s1).replace(
+            "STATE2", s2))
+        cfg = load_config(path)
+        open_pipeline(cfg)
+        for ref in ("strm.cq@s1", "strm.aq@s2"):
+            rt, q = queue_site(cfg, ref)
+            rt.catalog.add_consumer(q, AUDIT, "audit")
+        rig = _PgRig(root, spark, cfg, path)
+        rig.run("capture", "pgcap")  # creates the slot: capture from the start
+        pg.tool("pgbench", "-q", "-i", "-I", "g", "-s", "1", db="chaos_src")
+        bench = subprocess.Popen(pg.argv("pgbench", "-n", "-c", "4", "-j", "2", "-T",
+                                         str(seconds), "-R", "300", db="chaos_src"),
+                                 stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        killed = []
+        for kind, name in (("capture", "pgcap"), ("propagation", "p12"), ("apply", "topg"),
+                           ("apply", "toparquet")):
+            proc = rig.job(kind, name)
+            time.sleep(rng.uniform(8.0, 25.0))
+            if proc.poll() is None:
+                os.killpg(proc.pid, signal.SIGKILL)
+                killed.append(f"{kind} {name}")
+                figures.kills += 1
+            else:
+                figures.finished_before_kill += 1
+            _reap(proc)
+        out, _ = bench.communicate(timeout=seconds + 120)
+        for kind, name in (("capture", "pgcap"), ("propagation", "p12"), ("apply", "topg"),
+                           ("apply", "toparquet")):
+            rig.run(kind, name)
+        figures.count("pgbench")
+        return {"killed": killed, **rig.compare(pg, figures)}
+    finally:
+        pg.stop()
+
+
+class _PgRig(Rig):
+    """The pgbench pipeline: the stage runners of :class:`Rig` with other names."""
+
+    def __init__(self, root: Path, spark: SparkSession, cfg: Any, config: Path):
+        self.root, self.spark, self.cfg, self.config = root, spark, cfg, config
+
+    def run(self, kind: str, name: str | None = None) -> Any:  # type: ignore[override]
+        from changeflow.runner import run_component
+
+        while True:
+            res = run_component(self.spark, self.cfg, kind, name or NAMES[kind], lease_wait=120)
+            if kind != "propagation" or not getattr(res, "more_pending", False):
+                return res
+
+    def job(self, kind: str, name: str | None = None, **_: Any) -> subprocess.Popen[str]:  # type: ignore[override]
+        saved = NAMES[kind]
+        NAMES[kind] = name or saved
+        try:
+            return super().job(kind)
+        finally:
+            NAMES[kind] = saved
+
+    def compare(self, pg: Any, figures: Figures) -> dict:
+        from changeflow.apply.engine import target_catalog
+        from changeflow.apply.target import read_table
+
+        at1, at2 = self._ids("strm.cq@s1"), self._ids("strm.aq@s2")
+        dup = sum(n - 1 for n in Counter(at1).values() if n > 1) + sum(
+            n - 1 for n in Counter(at2).values() if n > 1)
+        lost = len(set(at1) - set(at2))
+        figures.messages += len(set(at1))
+        figures.duplicated += dup
+        figures.lost += lost
+        catalog = target_catalog(self.cfg, self.cfg.component("apply", "toparquet"))
+        differs = []
+        with pg.connect("chaos_src") as s, pg.connect("chaos_dst") as d:
+            for table, key in PG_TABLES.items():
+                expected = s.execute(f"SELECT * FROM {table} ORDER BY {key}").fetchall()
+                if d.execute(f"SELECT * FROM {table} ORDER BY {key}").fetchall() != expected:
+                    differs.append(f"{table} (PostgreSQL target)")
+                cols = [c.name for c in s.execute(f"SELECT * FROM {table} LIMIT 0").description]
+                rows = read_table(self.spark, catalog, f"public.{table}").select(*cols).collect()
+                if sorted(tuple(r) for r in rows) != sorted(expected):
+                    differs.append(f"{table} (Parquet target)")
+        if differs or dup or lost:
+            figures.target_mismatches += bool(differs)
+            figures.failures.append(f"pgbench: {lost} lost, {dup} duplicated, differ: {differs}")
+        return {"messages": len(set(at1)), "lost": lost, "duplicated": dup, "differ": differs}
+
+
+def run_suite(spark: SparkSession, root: Path, *, kill_rounds: int, concurrency_rounds: int,
+              outage: bool, seed: int, state_urls: tuple[str, str] | None = None,
+              pgbench_seconds: int = 0) -> dict:
+    """Run the trials in a fresh rig under ``root``. Returns the figures as a dict."""
+    rng = random.Random(seed)
+    figures = Figures()
+    rig = Rig(root, spark, state_urls=state_urls)
+    rig.run("capture")
+    rig.check(figures, "initial load")
+    extra: dict[str, Any] = {}
+    for i in range(kill_rounds):
+        for kind in STAGES:
+            points = [*CRASH_POINTS[kind], None]
+            kill_trial(rig, figures, kind, point=points[i % len(points)] if i < len(points)
+                       else rng.choice(points), rng=rng, targets=kind == "apply")
+    for i in range(concurrency_rounds):
+        for kind in STAGES:
+            concurrency_trial(rig, figures, kind, runs=2 + (i % 2))
+    if outage:
+        extra["outage"] = outage_trial(rig, figures)
+    if pgbench_seconds:
+        pg_root = root / "pgbench"
+        pg_root.mkdir()
+        extra["pgbench"] = pgbench_trial(spark, pg_root, figures, seconds=pgbench_seconds,
+                                         rng=rng, state_urls=None)
+    return {**asdict(figures), "ok": figures.ok, **extra}
+
+
+def main(argv: list[str] | None = None) -> int:
+    """``make chaos``: the long size; figures in a results file."""
+    p = argparse.ArgumentParser(prog="python -m changeflow.testing.chaos", description=__doc__)
+    p.add_argument("--kill-rounds", type=int, default=17,
+                   help="rounds of kills; each kills capture, propagation and apply once")
+    p.add_argument("--concurrency-rounds", type=int, default=2)
+    p.add_argument("--postgres", action="store_true",
+                   help="state stores on a throwaway PostgreSQL (besides SQLite)")
+    p.add_argument("--pgbench-seconds", type=int, default=60,
+                   help="pgbench workload with a random kill of every stage (0: skip)")
+    p.add_argument("--seed", type=int, default=int(time.time()))
+    p.add_argument("--out", default=str(ROOT / "chaos-results.json"))
+    args = p.parse_args(argv)
+    from changeflow.spark import get_session
+
+    spark = get_session("changeflow-chaos")
+    spark.sparkContext.setLogLevel("ERROR")
+    results: dict[str, Any] = {"seed": args.seed, "started": dt.datetime.now(dt.UTC).isoformat()}
+    stores: list[tuple[str, tuple[str, str] | None]] = [("sqlite", None)]
+    cluster = None
+    if args.postgres:
+        from changeflow.testing.pg_cluster import PgCluster
+
+        cluster = PgCluster().start()
+        urls = tuple(cluster.createdb(f"chaos_s{i}").replace(
+            "postgresql://", "postgresql+psycopg://", 1) for i in (1, 2))
+        stores.append(("postgres", urls))  # type: ignore[arg-type]
+    try:
+        for label, urls in stores:
+            work = Path(tempfile.mkdtemp(prefix=f"changeflow-chaos-{label}-"))
+            try:
+                results[label] = run_suite(spark, work, kill_rounds=args.kill_rounds,
+                                           concurrency_rounds=args.concurrency_rounds,
+                                           outage=True, seed=args.seed, state_urls=urls,
+                                           pgbench_seconds=args.pgbench_seconds
+                                           if label == "sqlite" else 0)
+            finally:
+                shutil.rmtree(work, ignore_errors=True)
+            Path(args.out).write_text(json.dumps(results, indent=2, default=str))
+            r = results[label]
+            print(f"{label}: {r['trials']} trials, {r['kills']} kills, {r['messages']} messages, "
+                  f"{r['lost']} lost, {r['duplicated']} duplicated, "
+                  f"{r['target_mismatches']} target mismatches: {'OK' if r['ok'] else 'FAILED'}")
+    finally:
+        if cluster is not None:
+            cluster.stop()
+    results["finished"] = dt.datetime.now(dt.UTC).isoformat()
+    Path(args.out).write_text(json.dumps(results, indent=2, default=str))
+    return 0 if all(results[label]["ok"] for label, _ in stores) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
