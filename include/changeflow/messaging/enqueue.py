@@ -17,12 +17,13 @@ client of the queue (its rule sets are applied when it dequeues).
 from __future__ import annotations
 
 import datetime as dt
+import functools
 import json
 import uuid
 from dataclasses import dataclass
 from typing import Any
 
-from sqlalchemy import select
+from sqlalchemy import bindparam, exists, select
 from sqlalchemy.engine import Connection
 
 from changeflow.errors import PayloadTypeError
@@ -38,10 +39,11 @@ from changeflow.messaging.errors import (
     QueueStoppedError,
 )
 from changeflow.messaging.model import MessageProperties
-from changeflow.state import StateStore
+from changeflow.state import StateStore, schema
 from changeflow.state import schema_messaging as S
 
 M = S.messages
+Q = schema.queues
 RECEIVED = S.received
 #: Receipts of producer-chosen message ids, so that a replay is recognised.
 REPLAY_PRODUCER = "enqueue"
@@ -196,33 +198,65 @@ def _rows(props: D.QueueProps, msg: Pending, txn_id: str,
 
 
 def write(conn: Connection, store: StateStore, pending: list[Pending], txn_id: str,
-          now: dt.datetime, props: dict[str, D.QueueProps] | None = None
-          ) -> dict[str, list[str]]:
+          now: dt.datetime, props: dict[str, D.QueueProps] | None = None, *,
+          started: bool = False) -> dict[str, list[str]]:
     """Write a transaction's messages (inside the commit's transaction).
 
     A message whose producer-chosen id was enqueued into the queue before is a replay
     and is skipped. Returns the message ids written, by queue.
 
     Args:
-        props: queues' properties read in this transaction already.
+        props: queues' properties known already (a row is then written only if its
+            queue is still active, checked by the insert itself, or re-read first).
+        started: also require the queue to be started for enqueue (an enqueue that
+            commits at once).
 
     Raises:
-        QueueNotFoundError, QueueDroppedError: a queue disappeared since the enqueue.
+        QueueNotFoundError, QueueDroppedError, QueueStoppedError: nothing is written.
     """
     by_queue: dict[str, list[Pending]] = {}
     for msg in pending:
         by_queue.setdefault(msg.queue, []).append(msg)
     written: dict[str, list[str]] = {}
     for queue, msgs in by_queue.items():
-        qp = (props or {}).get(queue) or D.queue(conn, queue)
+        known = (props or {}).get(queue)
         msgs = _without_replays(conn, queue, msgs, now)
         if not msgs:
             continue
+        single = known is not None and len(msgs) == 1 and len(msgs[0].recipients) == 1
+        qp = known if single else D.queue(conn, queue)
+        assert qp is not None
+        if not single and started:
+            _check_queue(qp)
         seq = store.next_counter(f"aq:commit:{queue}", conn) if qp.commit_ordered else None
         rows = [r for m in msgs for r in _rows(qp, m, txn_id, seq, now)]
-        conn.execute(M.insert(), rows)
+        if single:
+            _guarded_insert(conn, rows[0], started)
+        else:
+            conn.execute(M.insert(), rows)
         written[queue] = [m.msg_id for m in msgs]
     return written
+
+
+_COLUMNS = [c for c in M.c if c.name != "id"]
+
+
+@functools.lru_cache(maxsize=4)
+def _guarded(started: bool) -> Any:
+    """``INSERT ... SELECT <row> WHERE <the queue is active [and started]>``."""
+    live = [Q.c.name == bindparam("v_queue"), Q.c.status == "active"]
+    if started:
+        live.append(Q.c.enqueue_enabled.is_(True))
+    values = select(*[bindparam(f"v_{c.name}", type_=c.type) for c in _COLUMNS]).where(
+        exists(select(Q.c.name).where(*live)))
+    return M.insert().from_select([c.name for c in _COLUMNS], values)
+
+
+def _guarded_insert(conn: Connection, row: dict[str, Any], started: bool) -> None:
+    done = conn.execute(_guarded(started), {f"v_{k}": v for k, v in row.items()})
+    if done.rowcount != 1:  # say why: unknown, dropped or stopped
+        _check_queue(D.queue(conn, row["queue"]))
+        raise QueueStoppedError(f"queue {row['queue']} refused the message")
 
 
 def _without_replays(conn: Connection, queue: str, msgs: list[Pending],

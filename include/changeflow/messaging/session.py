@@ -120,6 +120,7 @@ class Session:
         self._renewed = 0.0
         self.postgres = store.dialect == "postgresql"
         self._receiver = Receiver(self)
+        self._qcache: dict[str, tuple[D.QueueProps, float, int]] = {}
         self.last_active = time.monotonic()
         self.closed = False
 
@@ -228,16 +229,31 @@ class Session:
                  plist: list[MessageProperties], type_name: str | None
                  ) -> tuple[list[EQ.Pending], D.QueueProps, dt.datetime]:
         now = utcnow()
-        props = D.queue(conn, name)
+        props = self._props(conn, name)
         prepared = [EQ.prepare(conn, self.store, props, p, pr, type_name=type_name,
                                user=self.user, max_size=self.settings.max_message_size, now=now)
                     for p, pr in zip(payloads, plist, strict=True)]
         return prepared, props, now
 
+    def _props(self, conn: Connection, name: str) -> D.QueueProps:
+        """A queue's properties, read at most once a second (or after an admin change).
+
+        Writes check the queue again (the insert requires it active and started), so a
+        stale entry never writes into a stopped or dropped queue.
+        """
+        found = self._qcache.get(name)
+        if found is not None and time.monotonic() - found[1] < 1.0 \
+                and found[2] == D.generation():
+            return found[0]
+        props = D.queue(conn, name)
+        self._qcache[name] = (props, time.monotonic(), D.generation())
+        return props
+
     def _write_alone(self, conn: Connection, prepared: list[EQ.Pending], commit: bool,
                      now: dt.datetime, props: D.QueueProps) -> dict[str, list[str]]:
         txn = self.transaction_id if commit else f"{self._prefix}:{next(self._serial)}"
-        return EQ.write(conn, self.store, prepared, txn, now, {props.name: props})
+        return EQ.write(conn, self.store, prepared, txn, now, {props.name: props},
+                        started=True)
 
     def _done_alone(self, prepared: list[EQ.Pending], written: dict[str, list[str]],
                     commit: bool) -> list[str]:

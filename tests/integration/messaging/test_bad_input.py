@@ -156,3 +156,22 @@ def test_bad_dequeue_options(typed: StateStore) -> None:
                       ({"mode": "LOCKED", "visibility": "IMMEDIATE"}, "ON_COMMIT")]:
         refused(typed, MessagePropertyError, match,
                 lambda kw=kw: s.dequeue("app.q", consumer="shipping", **{"wait": 0, **kw}))
+
+
+def test_a_stop_by_another_process_is_seen_at_once(store: StateStore) -> None:
+    from sqlalchemy import update
+
+    from changeflow.state import schema
+
+    make_queue(store)
+    s = connect(store)
+    s.enqueue("app.q", b"1", commit=True)  # the session now knows the queue's properties
+    with store.begin() as conn:  # what stop_queue in another process does
+        conn.execute(update(schema.queues).where(schema.queues.c.name == "app.q")
+                     .values(enqueue_enabled=False))
+    refused(store, QueueStoppedError, "stopped for enqueue",
+            lambda: s.enqueue("app.q", b"2", commit=True))
+    with store.begin() as conn:
+        conn.execute(update(schema.queues).where(schema.queues.c.name == "app.q")
+                     .values(status="dropped"))
+    refused(store, QueueNotFoundError, "dropped", lambda: s.enqueue("app.q", b"3", commit=True))
