@@ -57,10 +57,11 @@ def write_events(root: Path, n: int, files: int = 8) -> None:
                    "placed": 1_700_000_000_000_000 + i * 1000, "paid": i % 3 == 0,
                    "weight": rng.random() * 10}
             op = "c" if i < n // 2 else "u"
+            tx = i // 4  # four changes per transaction: one commit position and time each
             src = {"version": "2.7.0.Final", "connector": "postgresql", "name": "pg1",
-                   "ts_ms": 1_700_000_000_000 + i, "snapshot": "false", "db": "shop",
-                   "sequence": f'["{lsn - 50}","{lsn}"]', "schema": "shop", "table": "orders",
-                   "txId": 1000 + i // 4, "lsn": lsn, "xmin": None}
+                   "ts_ms": 1_700_000_000_000 + tx, "snapshot": "false", "db": "shop",
+                   "sequence": f'["{100_000 + tx * 1000}","{lsn}"]', "schema": "shop",
+                   "table": "orders", "txId": 1000 + tx, "lsn": lsn, "xmin": None}
             payload = {"before": None, "after": row, "source": src, "op": op,
                        "ts_ms": 1_700_000_000_500 + i}
             lines.append('{"schema":' + head + ',"payload":' +

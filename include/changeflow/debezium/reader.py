@@ -315,6 +315,18 @@ def _image_map(img: str, tt: TableTypes) -> Column:
 ERROR_PREFIX = "debezium value error: "
 
 
+def _old_image(tt: TableTypes) -> Column:
+    """``before``; for an update without it (replica identity DEFAULT: the key did not
+    change) the key columns of ``after``, so the LCR still names the row it updates."""
+    from pyspark.sql import functions as F
+
+    keys = [lcr.canonical_identifier(k) for k in tt.key]
+    after = _image_map("after", tt)
+    keyed = F.map_filter(after, lambda k, _v: k.isin(*keys)) if keys else F.lit(None)
+    return F.when(F.expr("`e`.`before` is null and `e`.`op` = 'u'"), keyed) \
+        .otherwise(_image_map("before", tt))
+
+
 def _per_table(tables: dict[str, TableTypes], build: Any, default: Column) -> Column:
     """``build(tt)`` for the row's table, as one CASE over the tables."""
     from pyspark.sql import functions as F
@@ -376,7 +388,7 @@ def to_lcrs(df: DataFrame, source: DebeziumSource, tables: dict[str, TableTypes]
         "commit_time": commit_time,
         "position": position,
         "key_columns": F.when(is_row, keys),
-        "old_values": F.when(is_row, _per_table(tables, lambda tt: _image_map("before", tt),
+        "old_values": F.when(is_row, _per_table(tables, lambda tt: _old_image(tt),
                                                 F.lit(None))),
         "new_values": F.when(is_row, _per_table(tables, lambda tt: _image_map("after", tt),
                                                 F.lit(None))),

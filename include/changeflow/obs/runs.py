@@ -221,6 +221,12 @@ def _record_lag(rec: Recorder) -> None:
             if t is not None and t.tzinfo is None:
                 t = t.replace(tzinfo=now.tzinfo)
             per_db.setdefault(db or "?", []).append(max(0.0, (now - t).total_seconds()))
+    newest = max((t for seq, txns in rec.pending_txns if seq <= position for _, t in txns
+                  if t is not None), default=None)
+    if newest is not None:
+        with rec.rt.store.begin() as c:
+            c.execute(update(R).where(R.c.id == rec.row_id).values(
+                progress=json.dumps({"last_applied_commit_time": newest.isoformat()})))
     rows = [{"apply": rec.name, "source_database": db, "recorded_at": now, "run_id": rec.run_id,
              "n": len(lags), "max_seconds": max(lags),
              "bins": json.dumps(lag.histogram(lags))} for db, lags in per_db.items() if lags]

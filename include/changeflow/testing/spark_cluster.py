@@ -40,6 +40,7 @@ class SparkStandalone:
     def __init__(self, workers: int = 2, *, cores: int = 1, memory: str = "1g",
                  root: Path | None = None):
         self.root = root or Path(tempfile.mkdtemp(prefix="changeflow-spark-"))
+        self.root.mkdir(parents=True, exist_ok=True)
         self.port, self.ui_port = free_port(), free_port()
         self.workers, self.cores, self.memory = workers, cores, memory
         self.procs: list[subprocess.Popen[bytes]] = []

@@ -128,6 +128,8 @@ def applies(cfg: PipelineConfig, component: str | None = None) -> list[dict[str,
             txns = c.execute(select(func.coalesce(func.sum(H.c.n), 0))
                              .where(H.c.apply == spec.name)).scalar()
         run = last_runs(rt, "apply").get(spec.name)
+        if last is None:  # a target whose marks live elsewhere: the newest run that measured
+            last = _last_commit(rt, spec.name)
         target = (f"postgres ({spec.target.url_env or spec.target.conn_id})"
                   if spec.target is not None else f"parquet {rt.spec.target_root}")
         out.append({
@@ -142,6 +144,21 @@ def applies(cfg: PipelineConfig, component: str | None = None) -> list[dict[str,
             "state": state_of(run, "APPLYING"),
         })
     return out
+
+
+def _last_commit(rt: Any, apply: str) -> Any:
+    import datetime as dt
+    import json
+
+    R = schema_obs.runs
+    with rt.store.read() as c:
+        texts = c.execute(select(R.c.progress).where(
+            R.c.kind == "apply", R.c.name == apply, R.c.status == "succeeded",
+            R.c.progress.like('%last_applied_commit_time%')).order_by(R.c.id.desc())
+            .limit(1)).scalars().all()
+    for text in texts:
+        return dt.datetime.fromisoformat(json.loads(text)["last_applied_commit_time"])
+    return None
 
 
 def apply_errors(cfg: PipelineConfig, component: str | None = None) -> list[dict[str, Any]]:
