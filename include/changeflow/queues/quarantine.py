@@ -93,12 +93,12 @@ def quarantine(catalog: QueueCatalog, queue: str, seq: int, reason: str, *,
             select(C.c.consumer).where(C.c.queue == queue, C.c.position < seq))
             if not addressed or r.consumer in addressed]
         conn.execute(update(B).where(B.c.seq == seq).values(state=QUARANTINED))
-        new_id = conn.execute(QT.insert().values(
+        key: Any = conn.execute(QT.insert().values(
             queue=queue, seq=seq, batch_id=row.batch_id, path=row.path,
             n_messages=row.n_messages, reason=reason[:4000], origin=origin,
             waiting_consumers=json.dumps(sorted(waiting)),
-            quarantined_at=utcnow())).inserted_primary_key[0]
-        rec = conn.execute(select(QT).where(QT.c.id == new_id)).one()
+            quarantined_at=utcnow())).inserted_primary_key
+        rec = conn.execute(select(QT).where(QT.c.id == key[0])).one()
     return _record(rec)
 
 
@@ -138,7 +138,8 @@ def release(catalog: QueueCatalog, queue: str, seq: int) -> int:
         values = {k: v for k, v in row._mapping.items() if k != "seq"}
         values.update(state=READY, created_at=utcnow())
         conn.execute(delete(B).where(B.c.seq == seq))
-        new_seq = int(conn.execute(B.insert().values(**values)).inserted_primary_key[0])
+        inserted: Any = conn.execute(B.insert().values(**values)).inserted_primary_key
+        new_seq = int(inserted[0])
         waiting = json.loads(rec.waiting_consumers)
         everyone = [r.consumer for r in conn.execute(
             select(C.c.consumer).where(C.c.queue == queue))]

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
 from sqlalchemy import Column, Index, Table, inspect, text
 from sqlalchemy.engine import Connection
@@ -49,8 +50,8 @@ def add_columns(table: Table, *names: str) -> Callable[[Connection], None]:
             ddl = col.type.compile(dialect=conn.dialect)
             default = ""
             if col.server_default is not None:
-                arg = getattr(col.server_default, "arg", None)
-                default = f" DEFAULT {arg.text if hasattr(arg, 'text') else repr(arg)}"
+                arg: Any = getattr(col.server_default, "arg", None)
+                default = f" DEFAULT {getattr(arg, 'text', None) or repr(arg)}"
             null = "" if col.nullable or default else " NOT NULL"
             conn.execute(text(f'ALTER TABLE {table.name} ADD COLUMN "{name}" {ddl}{default}{null}'))
 

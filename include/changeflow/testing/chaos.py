@@ -541,9 +541,9 @@ def main(argv: list[str] | None = None) -> int:
         from changeflow.testing.pg_cluster import PgCluster
 
         cluster = PgCluster().start()
-        urls = tuple(cluster.createdb(f"chaos_s{i}").replace(
+        s1, s2 = (cluster.createdb(f"chaos_s{i}").replace(
             "postgresql://", "postgresql+psycopg://", 1) for i in (1, 2))
-        stores.append(("postgres", urls))  # type: ignore[arg-type]
+        stores.append(("postgres", (s1, s2)))
     try:
         for label, urls in stores:
             work = Path(tempfile.mkdtemp(prefix=f"changeflow-chaos-{label}-"))
