@@ -25,11 +25,12 @@ from __future__ import annotations
 
 import datetime as dt
 import decimal
+import enum
 import hashlib
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from changeflow.errors import SchemaMismatchError
+from changeflow.errors import SchemaMismatchError, TerminalError
 
 if TYPE_CHECKING:
     from pyspark.sql.types import DataType, StructType
@@ -38,7 +39,90 @@ SCHEMA_VERSION = 1
 
 KINDS = ("ROW", "DDL", "USER")
 ORIGINS = ("CAPTURED", "USER")
-DML_COMMANDS = ("INSERT", "UPDATE", "DELETE")
+
+
+class UnknownCommandTypeError(TerminalError):
+    """A message carries a command type the LCR contract does not define."""
+
+
+class CommandType(enum.StrEnum):
+    """The command types of the LCR contract: what ``command_type`` may hold.
+
+    Row LCRs carry a DML command; DDL LCRs carry the statement type, as Oracle's
+    ``GET_COMMAND_TYPE`` returns it. Apply, quality and the PostgreSQL statements all
+    decide through this one enum, and :meth:`parse` refuses anything else: a code the
+    contract does not know raises, it never passes as NULL.
+
+    >>> CommandType.parse("UPDATE").is_dml
+    True
+    >>> CommandType.parse("ALTER TABLE", kind="DDL")
+    <CommandType.ALTER_TABLE: 'ALTER TABLE'>
+    >>> try:
+    ...     CommandType.parse("UPSERT")
+    ... except UnknownCommandTypeError as exc:
+    ...     print(exc)
+    unknown command type 'UPSERT' for a ROW LCR; the LCR contract allows INSERT, UPDATE, DELETE
+    """
+
+    INSERT = "INSERT"
+    UPDATE = "UPDATE"
+    DELETE = "DELETE"
+    CREATE_TABLE = "CREATE TABLE"
+    ALTER_TABLE = "ALTER TABLE"
+    DROP_TABLE = "DROP TABLE"
+    TRUNCATE_TABLE = "TRUNCATE TABLE"
+    RENAME_TABLE = "RENAME TABLE"
+    CREATE_INDEX = "CREATE INDEX"
+    DROP_INDEX = "DROP INDEX"
+    CREATE_VIEW = "CREATE VIEW"
+    DROP_VIEW = "DROP VIEW"
+    COMMENT = "COMMENT"
+    GRANT = "GRANT"
+    REVOKE = "REVOKE"
+
+    @property
+    def is_dml(self) -> bool:
+        """INSERT, UPDATE or DELETE: the commands of row LCRs."""
+        return self in _DML
+
+    @property
+    def is_ddl(self) -> bool:
+        """A DDL statement type: the commands of DDL LCRs."""
+        return self not in _DML
+
+    @classmethod
+    def for_kind(cls, kind: str) -> tuple[CommandType, ...]:
+        """The command types a message kind may carry (none for user messages)."""
+        if kind == "ROW":
+            return tuple(c for c in cls if c.is_dml)
+        if kind == "DDL":
+            return tuple(c for c in cls if c.is_ddl)
+        return ()
+
+    @classmethod
+    def parse(cls, code: str | None, *, kind: str = "ROW") -> CommandType:
+        """The command type of a message of ``kind``.
+
+        Raises:
+            UnknownCommandTypeError: ``code`` is NULL, unknown, or not one ``kind``
+                may carry (a DDL command on a row LCR, say), naming what is allowed.
+        """
+        allowed = cls.for_kind(kind)
+        try:
+            found = cls(code.strip().upper()) if code is not None else None
+        except ValueError:
+            found = None
+        if found is None or found not in allowed:
+            names = ", ".join(c.value for c in allowed) or "none (user messages)"
+            raise UnknownCommandTypeError(
+                f"unknown command type {code!r} for a {kind} LCR; the LCR contract allows "
+                f"{names}")
+        return found
+
+
+_DML = frozenset({CommandType.INSERT, CommandType.UPDATE, CommandType.DELETE})
+DML_COMMANDS: tuple[str, ...] = tuple(c.value for c in CommandType.for_kind("ROW"))
+DDL_COMMANDS: tuple[str, ...] = tuple(c.value for c in CommandType.for_kind("DDL"))
 
 DECIMAL_PRECISION = 38
 DECIMAL_SCALE = 10

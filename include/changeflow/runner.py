@@ -68,10 +68,10 @@ def run_component(spark: SparkSession, cfg: PipelineConfig, kind: str, name: str
     if spec.target is not None:
         from changeflow.apply.postgres import apply_pg_once
 
-        return apply_pg_once(spark, cfg, name, rule_filter=rule_filter)
+        return apply_pg_once(spark, cfg, name, rule_filter=rule_filter, lease_wait=lease_wait)
     from changeflow.apply.engine import apply_once
 
-    return apply_once(spark, cfg, name, rule_filter=rule_filter)
+    return apply_once(spark, cfg, name, rule_filter=rule_filter, lease_wait=lease_wait)
 
 
 def parse_args(kind: str, argv: Sequence[str] | None) -> argparse.Namespace:

@@ -1,38 +1,55 @@
-"""The apply process for Parquet targets.
+"""The apply process for Parquet targets (SPEC §7; see ``docs/apply.md``).
 
-An apply dequeues the pending batches of its queue, keeps the messages its rule
-sets accept, skips the transactions it has already applied (its high-water mark per
-source database: transactions are applied whole, so a commit position at or below
-the mark is done), turns row LCRs into row images and tombstones per target table,
-and commits the new table files, the new marks and its queue position in one
-state-store transaction.
+An apply run holds the apply's lease and makes passes over its queue's pending
+batches (at most its pass limits each). A pass:
+
+1. reads the batches and keeps what the apply's rule sets accept; messages an enqueue
+   destination takes *instead of* applying are set apart (:mod:`.enqueue`);
+2. surveys the source transactions (:mod:`.survey`) and skips those the apply has
+   done before, exactly per transaction (:mod:`.positions`);
+3. fails, whole, every transaction holding an LCR with a command type the contract
+   does not know;
+4. ends at the first transaction holding DDL (the next pass starts after it), runs the
+   DDL handler or executes the DDL (:mod:`.ddl_parquet`);
+5. runs the DML handlers on the executors (:mod:`.handlers`);
+6. per target table: turns LCRs into effects, looks up the current rows of their
+   keys, detects and resolves conflicts (:mod:`.conflicts`), repeating while failed
+   transactions change what later ones find; calls the precommit handler per
+   transaction;
+7. writes each table's delta, checks it (quality), writes each failed transaction's
+   LCRs to the error queue, enqueues into the destinations, and commits manifests,
+   row counts, done transactions, error entries and the queue position in one
+   state-store transaction (the lease checked inside it).
+
+Then consumed batches are purged and grown buckets compacted.
 """
 
 from __future__ import annotations
 
 import logging
 import time
-import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-from sqlalchemy import select
-
-from changeflow import quality
-from changeflow.apply.target import FileEntry, TargetCatalog, TargetTable, compact, write_files
+from changeflow.apply import enqueue as enq
+from changeflow.apply.handlers import Handlers
+from changeflow.apply.passes import Pass
+from changeflow.apply.target import TargetCatalog, compact
 from changeflow.config import ApplySpec, PipelineConfig
-from changeflow.errors import TargetError
-from changeflow.queues import io as qio
+from changeflow.errors import ConfigError, TerminalError
 from changeflow.sites import consumer_name, open_pipeline, queue_site
-from changeflow.state import schema, utcnow
+from changeflow.state.leases import Lease
 
 if TYPE_CHECKING:
-    from pyspark.sql import Column, DataFrame, SparkSession
+    from pyspark.sql import DataFrame, SparkSession
 
 log = logging.getLogger(__name__)
 RuleFilter = Callable[["DataFrame"], "DataFrame"]
-P = schema.apply_progress
+
+
+class ApplyStoppedError(TerminalError):
+    """An apply with ``stop_on_error`` stopped at a failed transaction (in its error queue)."""
 
 
 @dataclass
@@ -42,8 +59,20 @@ class ApplyResult:
     apply: str
     batches: int = 0
     messages: int = 0
+    transactions: int = 0
+    changes: int = 0
     tables: dict[str, int] = field(default_factory=dict)
+    skipped: int = 0
+    errors: int = 0
+    error_ids: list[int] = field(default_factory=list)
+    conflicts_resolved: int = 0
+    superseded: int = 0
+    ddl: int = 0
+    user_messages: int = 0
+    enqueued: int = 0
+    passes: int = 0
     seconds: float = 0.0
+    timings: dict[str, float] = field(default_factory=dict)
 
 
 def target_catalog(cfg: PipelineConfig, spec: ApplySpec) -> TargetCatalog:
@@ -52,173 +81,80 @@ def target_catalog(cfg: PipelineConfig, spec: ApplySpec) -> TargetCatalog:
     return TargetCatalog(rt.store, rt.spec.target_root)
 
 
-def high_water_marks(cfg: PipelineConfig, spec: ApplySpec) -> dict[str, int]:
-    """The last applied commit position per source database."""
-    rt, _ = queue_site(cfg, spec.queue)
-    with rt.store.read() as c:
-        rows = c.execute(select(P.c.source_database, P.c.commit_scn).where(P.c.apply == spec.name))
-        return {r[0]: int(r[1]) for r in rows}
-
-
-def unapplied(df: DataFrame, marks: dict[str, int]) -> DataFrame:
-    """Row LCRs of transactions above the high-water mark of their source."""
-    from pyspark.sql import functions as F
-
-    rows = df.where(F.col("kind") == "ROW")
-    if not marks:
-        return rows
-    cond: Column = ~F.col("source_database_name").isin(list(marks))
-    for db, scn in marks.items():
-        cond = cond | ((F.col("source_database_name") == db) & (F.col("commit_scn") > scn))
-    return rows.where(cond)
-
-
-Columns = dict[str, tuple[list[str], list[tuple[str, str]]]]
-Marks = dict[str, tuple[int, object]]
-
-
-def survey(changes: DataFrame) -> tuple[Columns, Marks]:
-    """One pass over the changes: per target table its key columns and (column, logical
-    type) in source order; per source database the highest commit position and time.
-
-    Rows are grouped by their *shape* (the names and types of their values), of which a
-    batch holds a handful, so the pass costs a hash aggregate, not an explode.
-    """
-    from pyspark.sql import functions as F
-
-    values = F.coalesce("new_values", "old_values")
-    shapes = changes.groupBy(
-        "object_owner", "object_name", "key_columns", "source_database_name",
-        F.map_keys(values).alias("cols"),
-        F.map_values(values).getField("type").alias("types"),  # no lambda: stays in codegen
-    ).agg(F.max("commit_scn").alias("scn"), F.max("commit_time").alias("t")).collect()
-    out: Columns = {}
-    marks: Marks = {}
-    for r in sorted(shapes, key=lambda r: (r.object_owner, r.object_name)):
-        name = f"{r.object_owner}.{r.object_name}".lower()
-        keys, cols = out.setdefault(name, ([], []))
-        if not keys and r.key_columns:
-            keys.extend(k.lower() for k in r.key_columns)
-        known = {c for c, _ in cols}
-        # The maps keep insertion order, so columns keep the order the source listed them.
-        for col, ltype in zip(r.cols or [], r.types or [], strict=True):
-            if col.lower() not in known:
-                cols.append((col.lower(), ltype))
-                known.add(col.lower())
-        best = marks.get(r.source_database_name)
-        if best is None or (r.scn, r.t) > best:
-            marks[r.source_database_name] = (r.scn, r.t)
-    return out, marks
-
-
-def table_columns(changes: DataFrame) -> Columns:
-    """Per target table: key columns and (column, logical type), from the LCRs themselves."""
-    return survey(changes)[0]
-
-
-def row_images(changes: DataFrame, table: TargetTable) -> DataFrame:
-    """New images for INSERT/UPDATE, tombstones for DELETE and for a key an UPDATE left."""
-    from pyspark.sql import functions as F
-
-    from changeflow import lcr
-
-    def image(values: str, deleted: bool) -> list[Column]:
-        cols = [
-            F.col(values).getItem(c.upper()).getField(lcr.LOGICAL_TYPES[t].field)
-            .cast(lcr.LOGICAL_TYPES[t].spark_type).alias(c)
-            for c, t in table.columns
-        ]
-        return cols + [
-            F.col("commit_scn").alias("_cf_scn"), F.col("position").alias("_cf_pos"),
-            F.lit(deleted).alias("_cf_deleted"),
-        ]
-
-    cmd = F.col("command_type")
-    key_moved = F.lit(False)
-    for k in table.key_columns:
-        o = F.col("old_values").getItem(k.upper())
-        n = F.col("new_values").getItem(k.upper())
-        key_moved = key_moved | ~o.eqNullSafe(n)
-    upserts = changes.where(cmd.isin("INSERT", "UPDATE")).select(*image("new_values", False))
-    deletes = changes.where(
-        (cmd == "DELETE") | ((cmd == "UPDATE") & F.col("old_values").isNotNull() & key_moved)
-    ).select(*image("old_values", True))
-    return upserts.unionByName(deletes)
-
-
-def _record_marks(conn: object, apply: str, marks: Marks) -> None:
-    for source, (scn, when) in marks.items():
-        key = (P.c.apply == apply) & (P.c.source_database == source)
-        vals = {"commit_scn": scn, "commit_time": when, "updated_at": utcnow()}
-        if conn.execute(select(P.c.commit_scn).where(key)).first():  # type: ignore[attr-defined]
-            conn.execute(P.update().where(key).values(**vals))  # type: ignore[attr-defined]
-        else:
-            conn.execute(P.insert().values(  # type: ignore[attr-defined]
-                apply=apply, source_database=source, **vals))
-
-
 def apply_once(
     spark: SparkSession, cfg: PipelineConfig, name: str, *,
     rule_filter: RuleFilter | None = None, max_batches: int | None = None,
+    lease_wait: float = 0.0,
 ) -> ApplyResult:
-    """Apply every pending batch of the apply's queue once."""
+    """Apply the pending batches of the apply's queue (up to its pass limits).
+
+    Args:
+        rule_filter: the apply's rule sets, e.g. ``RuleSetPair.filter``.
+        max_batches: cap the run at this many batches (besides the pass limits).
+        lease_wait: seconds to wait when another run of the apply holds its lease.
+
+    Raises:
+        HandlerError: a handler path does not import (nothing applied).
+        ConfigError: a conflict handler names an unknown column, an enqueue destination
+            is not declared, or the apply has a PostgreSQL target (nothing applied).
+        LeaseHeldError: another run of the apply is active (transient).
+        QualityError: a blocking target check failed (the deltas are quarantined).
+        ApplyStoppedError: ``stop_on_error`` and a transaction failed (it is in the
+            error queue; what came before it is committed).
+    """
     started = time.monotonic()
     open_pipeline(cfg)
     spec: ApplySpec = cfg.component("apply", name)
+    if spec.target is not None:
+        raise ConfigError(f"apply {name!r} has a postgres target: run it with "
+                          "changeflow.apply.postgres.apply_pg_once", file=cfg.source_path)
     rt, queue = queue_site(cfg, spec.queue)
-    consumer = consumer_name("apply", name)
-    catalog = target_catalog(cfg, spec)
+    handlers = Handlers.from_config(spec.handlers, spark)
+    dests = enq.destinations(cfg, spec)
     result = ApplyResult(name)
-    batches = rt.catalog.pending(queue, consumer, max_batches=max_batches)
-    if not batches:
-        return result
-    df = qio.read_batches(spark, batches)
-    if rule_filter is not None:
-        df = rule_filter(df)
-    changes = unapplied(df, high_water_marks(cfg, spec)).persist()
-    try:
-        with qio.guard(batches):
-            columns, marks = survey(changes)
-            written = _write_tables(spark, catalog, spec, changes, columns)
-        quality.check_target(spark, cfg, stage=f"apply:{name}", catalog=catalog,
-                             written=written, changes=changes)
-        with rt.store.begin() as conn:
-            for table, files, _ in written:
-                catalog.commit(conn, table, files)
-            _record_marks(conn, name, marks)
-            rt.catalog.ack(queue, consumer, batches[-1].seq, conn)
-    finally:
-        changes.unpersist()
-    result.batches = len(batches)
-    result.messages = sum(b.n_messages for b in batches)
-    result.tables = {t.name: n for t, _, n in written}
-    from changeflow.propagation import purge
-
-    purge(spark, cfg, spec.queue)
-    for table, _, _ in written:
-        compact(spark, catalog, table.name)
-    result.seconds = time.monotonic() - started
+    catalog = TargetCatalog(rt.store, rt.spec.target_root)
+    touched: set[str] = set()
+    with Lease(rt.store, f"apply:{name}", wait=lease_wait) as lease:
+        consumer = consumer_name("apply", name)
+        while max_batches is None or result.batches < max_batches:
+            batches = rt.catalog.pending(queue, consumer, max_batches=max_batches,
+                                         max_messages=spec.limits.max_messages,
+                                         max_bytes=spec.limits.max_bytes)
+            if not batches:
+                break
+            step = Pass(spark, cfg, spec, rt, catalog, lease, handlers, dests, rule_filter,
+                        batches, result)
+            complete = step.run()
+            for k, v in step.timings.items():
+                result.timings[k] = result.timings.get(k, 0.0) + v
+            touched.update(step.written_tables)
+            result.passes += 1
+            if step.stopped is not None:
+                _finish(spark, cfg, spec, catalog, touched, result, started)
+                raise ApplyStoppedError(step.stopped)
+            if complete:
+                result.batches += len(batches)
+                result.messages += sum(b.n_messages for b in batches)
+                break
+    _finish(spark, cfg, spec, catalog, touched, result, started)
     return result
 
 
-def _write_tables(
-    spark: SparkSession, catalog: TargetCatalog, spec: ApplySpec, changes: DataFrame,
-    columns: Columns,
-) -> list[tuple[TargetTable, list[FileEntry], int]]:
-    """Write every touched table's delta; tables are written concurrently (one job each)."""
-    from concurrent.futures import ThreadPoolExecutor
+def _finish(spark: SparkSession, cfg: PipelineConfig, spec: ApplySpec, catalog: TargetCatalog,
+            touched: set[str], result: ApplyResult, started: float) -> None:
+    from changeflow.apply.status import record_run
+    from changeflow.queues.retention import purge
 
-    from pyspark.sql import functions as F
-
-    tag = uuid.uuid4().hex[:12]
-    plans = []
-    for name, (keys, cols) in columns.items():
-        if not keys:
-            raise TargetError(f"target table {name}: the LCRs carry no key columns")
-        table = catalog.evolve(name, keys, cols, spec.buckets)
-        owner, obj = name.upper().split(".", 1)
-        mine = changes.where((F.upper("object_owner") == owner) & (F.upper("object_name") == obj))
-        plans.append((table, row_images(mine, table)))
-    with ThreadPoolExecutor(max_workers=4) as pool:
-        futures = [(t, pool.submit(write_files, spark, t, rows, "delta", tag)) for t, rows in plans]
-        return [(t, *f.result()) for t, f in futures]
+    rt, queue = queue_site(cfg, spec.queue)
+    t0 = time.monotonic()
+    if result.batches:
+        purge(spark, rt.catalog, queue)
+    t1 = time.monotonic()
+    for table in sorted(touched):
+        compact(spark, catalog, table)
+    result.timings.update(purge=t1 - t0, compact=time.monotonic() - t1)
+    result.seconds = time.monotonic() - started
+    record_run(rt.store, result)
+    log.info("apply %s: %s transactions (%s changes) in %s batches, %s skipped, %s errors, "
+             "%.1f s", spec.name, result.transactions, result.changes, result.batches,
+             result.skipped, result.errors, result.seconds)

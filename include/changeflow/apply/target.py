@@ -3,11 +3,24 @@
 A target table is a set of Parquet files listed in a manifest in the state store.
 Rows are spread over ``buckets`` by a hash of the primary key. Each apply writes a
 *delta*: a few files per touched bucket (written without a shuffle) holding the new
-row images and delete tombstones, stamped with their source commit position
-(``_cf_scn``, ``_cf_pos``).
-Reading the current state keeps, per key, the row with the highest position and
-drops tombstones. So an apply of N changes writes about N rows, whatever the size
-of the table, and applying the same LCR twice resolves to the same row.
+row images and delete tombstones, stamped with bookkeeping columns:
+
+* ``_cf_seq``: the table version that wrote the image (apply order; NULL in files
+  written before it existed, read as 0);
+* ``_cf_scn``, ``_cf_pos``, ``_cf_src``: the LCR's commit position, its position in the
+  transaction and its source database;
+* ``_cf_deleted``: a tombstone;
+* ``_cf_tag``: the tag of the apply that wrote it (so a re-capture can tell apply
+  changes from local ones, and forward the original source database);
+* ``_cf_absent``: for a *partial image* (an UPDATE whose new values lack unchanged
+  columns, such as PostgreSQL's unchanged TOASTed values), the columns it does not
+  carry; NULL for a full image.
+
+Reading the current state keeps, per key, the newest image (highest ``_cf_seq``, then
+commit position) and drops tombstones; a partial image takes each absent column from
+the newest earlier image that has it, so an unchanged column is never overwritten
+with NULL. Deltas that hold partial images are listed as ``pdelta`` in the manifest
+and only they make a read take the (slower) column-wise path.
 
 A bucket is *compacted* (its files merged into one base file) when its deltas grow
 past a fraction of its base, so reads stay cheap and the rewrite cost is amortised
@@ -21,7 +34,7 @@ from __future__ import annotations
 
 import json
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
 from sqlalchemy import delete, select, update
@@ -29,16 +42,20 @@ from sqlalchemy.engine import Connection
 
 from changeflow import fs, lcr
 from changeflow.errors import TargetError
-from changeflow.state import StateStore, schema
+from changeflow.state import StateStore, schema, utcnow
+from changeflow.state.schema_apply import dropped_tables, target_stats
 
 if TYPE_CHECKING:
-    from pyspark.sql import DataFrame, SparkSession
+    from pyspark.sql import Column, DataFrame, SparkSession
     from pyspark.sql.types import StructType
 
 T = schema.target_tables
 F_ = schema.target_files
-META = ("_cf_scn", "_cf_pos", "_cf_deleted")
+D = dropped_tables
+S = target_stats
+META = ("_cf_seq", "_cf_scn", "_cf_pos", "_cf_deleted", "_cf_src", "_cf_tag", "_cf_absent")
 BUCKET = "_cf_bucket"
+KINDS = ("base", "delta", "pdelta")
 _BUCKET_DIR = re.compile(r"/_cf_bucket=(\d+)/")
 
 
@@ -62,17 +79,37 @@ class TargetTable:
             for c, t in self.columns
         ]
         if with_meta:
-            fields += [
-                T_.StructField("_cf_scn", T_.LongType()),
-                T_.StructField("_cf_pos", T_.LongType()),
-                T_.StructField("_cf_deleted", T_.BooleanType()),
-            ]
+            fields += meta_fields()
         return T_.StructType(fields)
+
+    @property
+    def column_names(self) -> list[str]:
+        """The data columns, in table order."""
+        return [c for c, _ in self.columns]
+
+    def with_columns(self, added: list[tuple[str, str]]) -> TargetTable:
+        """The header with columns appended (schema evolution)."""
+        return replace(self, columns=self.columns + added)
+
+
+def meta_fields() -> list:  # type: ignore[type-arg]
+    """The bookkeeping columns as Spark fields, in :data:`META` order."""
+    from pyspark.sql import types as T_
+
+    return [
+        T_.StructField("_cf_seq", T_.LongType()),
+        T_.StructField("_cf_scn", T_.LongType()),
+        T_.StructField("_cf_pos", T_.LongType()),
+        T_.StructField("_cf_deleted", T_.BooleanType()),
+        T_.StructField("_cf_src", T_.StringType()),
+        T_.StructField("_cf_tag", T_.BinaryType()),
+        T_.StructField("_cf_absent", T_.ArrayType(T_.StringType())),
+    ]
 
 
 @dataclass(frozen=True)
 class FileEntry:
-    """One file of a table's manifest."""
+    """One file of a table's manifest (``kind``: base, delta, or pdelta: partial images)."""
 
     path: str
     bucket: int
@@ -114,18 +151,51 @@ class TargetCatalog:
                 FileEntry(r.path, r.bucket, r.version, r.kind, r.n_bytes) for r in rows
             ]
 
+    def dropped(self, name: str) -> dict | None:  # type: ignore[type-arg]
+        """The DROP TABLE that removed a table (source, commit position, time), if any."""
+        with self.store.read() as c:
+            row = c.execute(select(D).where(D.c.table_name == name)).first()
+        return dict(row._mapping) if row else None
+
+    def row_count(self, name: str) -> int | None:
+        """The table's row count as the last apply left it (None: not recorded yet)."""
+        with self.store.read() as c:
+            row = c.execute(select(S.c.row_count, S.c.version).where(
+                S.c.table_name == name)).first()
+        return int(row[0]) if row else None
+
+    def new_table(self, name: str, key_columns: list[str], columns: list[tuple[str, str]],
+                  buckets: int) -> TargetTable:
+        """The header of a table that does not exist yet (not committed).
+
+        Raises:
+            TargetError: a key column is not among the columns.
+        """
+        missing = [k for k in key_columns if k not in {c for c, _ in columns}]
+        if missing:
+            raise TargetError(f"target table {name}: key column {missing[0]!r} is missing")
+        return TargetTable(name, fs.join(self.target_root, name), key_columns, columns,
+                           buckets, 0)
+
     def evolve(
         self, name: str, key_columns: list[str], columns: list[tuple[str, str]], buckets: int
     ) -> TargetTable:
-        """The table header after adding any new columns (not yet committed)."""
+        """The table header after adding any new columns (not yet committed).
+
+        Raises:
+            TargetError: the table was dropped, its key differs, or a column's type
+                differs from the table's.
+        """
         current = self.get(name)
         if current is None:
-            missing = [k for k in key_columns if k not in {c for c, _ in columns}]
-            if missing:
-                raise TargetError(f"target table {name}: key column {missing[0]!r} is missing")
-            return TargetTable(name, fs.join(self.target_root, name), key_columns, columns,
-                               buckets, 0)
-        if current.key_columns != key_columns:
+            gone = self.dropped(name)
+            if gone is not None:
+                raise TargetError(
+                    f"target table {name} was dropped (DROP TABLE from "
+                    f"{gone['source_database']} at commit position {gone['commit_scn']}); "
+                    "its changes cannot be applied until a CREATE TABLE re-creates it")
+            return self.new_table(name, key_columns, columns, buckets)
+        if key_columns and current.key_columns != key_columns:
             raise TargetError(
                 f"target table {name}: key columns {key_columns} differ from the table's "
                 f"{current.key_columns}"
@@ -136,15 +206,17 @@ class TargetCatalog:
                 raise TargetError(
                     f"target table {name}: column {col!r} is {known[col]}, the change has {ltype}"
                 )
-        added = [(c, t) for c, t in columns if c not in known]
-        return TargetTable(current.name, current.root, current.key_columns,
-                           current.columns + added, current.buckets, current.version)
+        return current.with_columns([(c, t) for c, t in columns if c not in known])
 
     def commit(
         self, conn: Connection, table: TargetTable, add: list[FileEntry],
-        remove: list[str] | None = None,
+        remove: list[str] | None = None, *, rows: int | None = None,
     ) -> None:
-        """Register new files (and drop replaced ones) as the table's next version."""
+        """Register new files (and drop replaced ones) as the table's next version.
+
+        Args:
+            rows: the table's row count after this version, when known.
+        """
         version = table.version + 1
         values = {
             "root": table.root, "key_columns": json.dumps(table.key_columns),
@@ -155,18 +227,49 @@ class TargetCatalog:
             conn.execute(update(T).where(T.c.name == table.name).values(**values))
         else:
             conn.execute(T.insert().values(name=table.name, **values))
+            conn.execute(delete(D).where(D.c.table_name == table.name))
         for path in remove or []:
             conn.execute(delete(F_).where(F_.c.table_name == table.name, F_.c.path == path))
         for e in add:
             conn.execute(F_.insert().values(table_name=table.name, path=e.path, bucket=e.bucket,
                                              version=version, kind=e.kind, n_bytes=e.n_bytes))
+        if rows is not None:
+            self.set_row_count(conn, table.name, rows, version)
+
+    def set_row_count(self, conn: Connection, name: str, rows: int, version: int) -> None:
+        """Record a table's row count at a version."""
+        vals = {"row_count": rows, "version": version, "updated_at": utcnow()}
+        if conn.execute(update(S).where(S.c.table_name == name).values(**vals)).rowcount == 0:
+            conn.execute(S.insert().values(table_name=name, **vals))
+
+    def forget_row_count(self, conn: Connection, name: str) -> None:
+        """Forget a table's row count (an apply without quality checks does not keep it)."""
+        conn.execute(delete(S).where(S.c.table_name == name))
+
+    def drop(self, conn: Connection, name: str, *, source: str | None = None,
+             commit_scn: int | None = None) -> list[str]:
+        """Remove a table from the manifest (DROP TABLE). Returns its files to delete
+        once the transaction commits; later changes to it fail until it is re-created."""
+        paths = [r[0] for r in conn.execute(select(F_.c.path).where(F_.c.table_name == name))]
+        conn.execute(delete(F_).where(F_.c.table_name == name))
+        conn.execute(delete(T).where(T.c.name == name))
+        conn.execute(delete(S).where(S.c.table_name == name))
+        conn.execute(delete(D).where(D.c.table_name == name))
+        conn.execute(D.insert().values(table_name=name, source_database=source,
+                                       commit_scn=commit_scn, dropped_at=utcnow()))
+        return paths
+
+
+def bucket_expr(keys: list[str], buckets: int) -> Column:
+    """The bucket of a row: a stable hash of its key modulo the bucket count."""
+    from pyspark.sql import functions as F
+
+    return F.pmod(F.xxhash64(*[F.col(k) for k in keys]), F.lit(buckets))
 
 
 def bucket_of(df: DataFrame, keys: list[str], buckets: int) -> DataFrame:
-    """Add the bucket column: a stable hash of the key modulo the bucket count."""
-    from pyspark.sql import functions as F
-
-    return df.withColumn(BUCKET, F.pmod(F.xxhash64(*[F.col(k) for k in keys]), F.lit(buckets)))
+    """Add the bucket column (see :func:`bucket_expr`)."""
+    return df.withColumn(BUCKET, bucket_expr(keys, buckets))
 
 
 def write_files(
@@ -185,8 +288,11 @@ def write_files(
     from pyspark.sql import functions as F
 
     path = fs.join(table.root, f"{kind}-v{table.version + 1}-{tag}")
-    cols = [f.name for f in table.spark_schema().fields]
-    data = rows.select(*cols, BUCKET) if BUCKET in rows.columns else bucket_of(
+    schema = table.spark_schema()
+    have = set(rows.columns)
+    cols = [F.col(f.name) if f.name in have else F.lit(None).cast(f.dataType).alias(f.name)
+            for f in schema.fields]
+    data = rows.select(*cols, BUCKET) if BUCKET in have else bucket_of(
         rows.select(*cols), table.key_columns, table.buckets
     )
     obs = Observation(f"write_{tag}_{table.name}")
@@ -204,15 +310,66 @@ def write_files(
     return out, int(obs.get.get("n") or 0)
 
 
-def resolve(df: DataFrame, keys: list[str]) -> DataFrame:
-    """Keep the latest image per key; drop keys whose latest image is a tombstone."""
+def order_desc() -> list[Column]:
+    """Newest image first: apply order, then commit position; an image before a tombstone."""
+    from pyspark.sql import functions as F
+
+    return [F.coalesce(F.col("_cf_seq"), F.lit(0)).desc(), F.col("_cf_scn").desc(),
+            F.col("_cf_pos").desc(), F.col("_cf_deleted").asc()]
+
+
+def resolve(df: DataFrame, keys: list[str], *, partial: bool = False,
+            keep_deleted: bool = False) -> DataFrame:
+    """The current image per key (see the module docstring); tombstones dropped.
+
+    Args:
+        partial: some rows are partial images (``_cf_absent``): fill their absent
+            columns from older images, column by column.
+        keep_deleted: keep keys whose newest image is a tombstone (as tombstones).
+    """
     from pyspark.sql import Window
     from pyspark.sql import functions as F
 
-    w = Window.partitionBy(*keys).orderBy(F.col("_cf_scn").desc(), F.col("_cf_pos").desc(),
-                                          F.col("_cf_deleted").asc())
-    latest = df.withColumn("_cf_rn", F.row_number().over(w)).where("_cf_rn = 1")
-    return latest.where(~F.col("_cf_deleted")).drop("_cf_rn")
+    if not partial:
+        w = Window.partitionBy(*keys).orderBy(*order_desc())
+        latest = df.withColumn("_cf_rn", F.row_number().over(w)).where("_cf_rn = 1")
+        latest = latest.drop("_cf_rn")
+        return latest if keep_deleted else latest.where(~F.col("_cf_deleted"))
+    deleted = F.col("_cf_deleted")
+    order = F.struct(F.coalesce(F.col("_cf_seq"), F.lit(0)), F.col("_cf_scn"),
+                     F.col("_cf_pos"), ~deleted)
+    aggs = []
+    for c in df.columns:
+        if c in keys or c in META:
+            continue
+        has = deleted | F.col("_cf_absent").isNull() | ~F.array_contains("_cf_absent", c)
+        aggs.append(F.max_by(F.when(~deleted, F.col(c)), F.when(has, order)).alias(c))
+    meta = [m for m in META if m in df.columns and m != "_cf_absent"]
+    aggs.append(F.max_by(F.struct(*meta), order).alias("_cf_meta"))
+    out = df.groupBy(*keys).agg(*aggs).select(
+        *[c for c in df.columns if c not in META], "_cf_meta.*")
+    if "_cf_absent" in df.columns:
+        out = out.withColumn("_cf_absent", F.lit(None).cast("array<string>"))
+    out = out.select(*df.columns)
+    return out if keep_deleted else out.where(~F.col("_cf_deleted"))
+
+
+def read_files(spark: SparkSession, table: TargetTable, files: list[FileEntry], *,
+               columns: list[str] | None = None) -> DataFrame:
+    """The raw rows (every image, unresolved) of some of a table's files.
+
+    Args:
+        columns: data columns to read (keys and bookkeeping columns always come).
+    """
+    schema = table.spark_schema()
+    if not files:
+        raw = spark.createDataFrame([], schema)
+    else:
+        raw = spark.read.schema(schema).parquet(*[f.path for f in files])
+    if columns is None:
+        return raw
+    keep = list(dict.fromkeys([*table.key_columns, *columns]))
+    return raw.select(*keep, *META)
 
 
 def read_table(
@@ -227,11 +384,11 @@ def read_table(
     table = catalog.get(name)
     if table is None:
         raise TargetError(f"target table {name!r} does not exist")
-    files = [f.path for f in catalog.files(name) if buckets is None or f.bucket in buckets]
+    files = [f for f in catalog.files(name) if buckets is None or f.bucket in buckets]
     if not files:
         return spark.createDataFrame([], table.spark_schema(with_meta=with_meta))
-    raw = spark.read.schema(table.spark_schema()).parquet(*files)
-    current = resolve(raw, table.key_columns)
+    current = resolve(read_files(spark, table, files), table.key_columns,
+                      partial=any(f.kind == "pdelta" for f in files))
     return current if with_meta else current.drop(*META)
 
 
@@ -251,7 +408,7 @@ def buckets_to_compact(
     out = []
     for b, fl in sorted(by.items()):
         base = sum(f.n_bytes for f in fl if f.kind == "base")
-        deltas = [f for f in fl if f.kind == "delta"]
+        deltas = [f for f in fl if f.kind != "base"]
         grown = base > 0 and sum(f.n_bytes for f in deltas) > ratio * base
         if len({f.version for f in deltas}) > max_deltas or grown:
             out.append(b)
@@ -276,11 +433,12 @@ def compact(
     todo = buckets_to_compact(files, ratio=ratio, max_deltas=max_deltas)
     if not todo:
         return []
-    old = [f.path for f in files if f.bucket in todo]
-    current = resolve(spark.read.schema(table.spark_schema()).parquet(*old), table.key_columns)
+    old = [f for f in files if f.bucket in todo]
+    current = resolve(read_files(spark, table, old), table.key_columns,
+                      partial=any(f.kind == "pdelta" for f in old))
     new, _ = write_files(spark, table, current, "base", uuid.uuid4().hex[:12])
     with catalog.store.begin() as conn:
-        catalog.commit(conn, table, new, remove=old)
-    for path in old:
-        fs.delete(spark, path)
+        catalog.commit(conn, table, new, remove=[f.path for f in old])
+    for f in old:
+        fs.delete(spark, f.path)
     return todo

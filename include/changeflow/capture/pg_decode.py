@@ -218,14 +218,21 @@ class LcrBuilder:
         self.cols: dict[str, list[Any]] = {n: [] for n in self._SCALARS}
         self.new = _MapBuilder()
         self.old = _MapBuilder()
+        self.databases: list[str] = []
 
     def __len__(self) -> int:
         return len(self.cols["msg_id"])
 
-    def add(self, txn: PgTransaction, tag: bytes | None) -> int:
-        """Add every change of a transaction. Returns how many LCRs were added."""
+    def add(self, txn: PgTransaction, tag: bytes | None, database: str | None = None) -> int:
+        """Add every change of a transaction. Returns how many LCRs were added.
+
+        Args:
+            database: the source database of a forwarded transaction (an apply's
+                origin names it); default: the capture's own.
+        """
         n = len(txn.changes)
         row = self.cols
+        self.databases.extend([database or self.database] * n)
         # A message id is the source database, the commit LSN and the position: stable
         # across re-reads of the slot, so a replay is recognised.
         prefix = f"{self.db_id}{txn.end_lsn:016x}"
@@ -276,7 +283,7 @@ class LcrBuilder:
             elif f.name == "origin":
                 arrays.append(pa.array(["CAPTURED"] * n, f.type))
             elif f.name == "source_database_name":
-                arrays.append(pa.array([self.database] * n, f.type))
+                arrays.append(pa.array(self.databases, f.type))
             elif f.name == "new_values":
                 arrays.append(self.new.build(f.type))
             elif f.name == "old_values":

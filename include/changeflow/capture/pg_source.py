@@ -85,6 +85,7 @@ class SlotReader:
         self.capture = capture
         self._keys: dict[tuple[str, str], list[str]] = {}
         self._origins: dict[int, bytes] = {}
+        self._origin_sources: dict[int, str] = {}
 
     # -- ownership ---------------------------------------------------------------
     def lock(self, busy_wait: float = 30.0) -> None:
@@ -284,7 +285,20 @@ class SlotReader:
                 "SELECT roname FROM pg_replication_origin WHERE roident = %s", (origin,)
             ).fetchone()
             name = row[0] if row else f"origin_{origin}"
+            if _ORIGIN.match(name) and "~" in name:
+                self._origin_sources[origin] = name.split("~", 1)[1]
             m = _ORIGIN.match(name)
             self._origins[origin] = bytes.fromhex(m.group(1)) if m and m.group(1) else (
                 b"\x00" if m else name.encode())
         return self._origins[origin]
+
+    def origin_source(self, origin: int) -> str | None:
+        """The source database an apply's origin carries (``changeflow_<tag>_<apply>~<db>``).
+
+        A capture of tagged changes (apply forwarding) keeps it as the LCRs' source
+        database name, so the original source survives the hop.
+        """
+        if not origin:
+            return None
+        self.tag(origin)
+        return self._origin_sources.get(origin)

@@ -213,7 +213,7 @@ def _capture_rows(
         if tag is not None and not src.include_tagged_lcr:
             result.tagged_skipped += 1
             continue
-        builder.add(txn, tag)
+        builder.add(txn, tag, reader.origin_source(txn.origin) if tag is not None else None)
         result.transactions += 1
     if last > done:
         table = _filter(spark, builder.to_arrow(), rule_filter)

@@ -1,18 +1,20 @@
 """Checking an apply's written, uncommitted changes to its Parquet target tables.
 
 :func:`check_target` runs inside :func:`changeflow.apply.engine.apply_once` after the
-delta files are written and before the manifests are committed. Only the buckets the
-apply touched are read, so the cost follows the changes, not the table size. For
-every table it builds three small fact sets and validates a suite on each:
+delta files are written and before the manifests are committed. Its cost follows the
+changes, not the table: it reads only the new delta files and the rows of the
+changed keys that the apply already looked up (for conflict detection), never whole
+buckets. For every table it builds three small fact sets and validates a suite on
+each:
 
-* ``target_rows``: the state readers will see in the touched buckets after the
-  commit: keys non-null and unique;
+* ``target_rows``: one row per changed key, as readers will see it after the commit
+  (the looked-up images and the new deltas, resolved the way reads resolve them):
+  key columns non-null, the key unique, and present or absent as the applied LCRs
+  say (``target_rows_as_applied``);
 * ``target_columns``: one row per declared column: the type written is the type
   declared in the table's manifest;
-* ``target_counts``: one row per table: rows before + inserts − deletes = rows after
-  (inserts and deletes counted from the applied LCRs; an UPDATE that moves a key
-  counts as both; a replayed LCR whose exact image the table already holds counts as
-  neither, since applying the same LCR twice does no harm).
+* ``target_counts``: one row per table: the recorded row count before, plus keys the
+  deltas add, minus keys they remove, equals the count the applied LCRs imply.
 """
 
 from __future__ import annotations
@@ -20,168 +22,156 @@ from __future__ import annotations
 import time
 import uuid
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from changeflow import lcr
-from changeflow.apply.target import FileEntry, TargetCatalog, TargetTable, resolve
+from changeflow.apply.target import META, FileEntry, TargetCatalog, TargetTable, resolve
 from changeflow.config import PipelineConfig
 from changeflow.quality import quarantine, results
 from changeflow.quality.policy import QualityError, QualityReport, blocking_policy, log_warnings
 from changeflow.quality.validator import validate
 
 if TYPE_CHECKING:
-    from pyspark.sql import Column, DataFrame, SparkSession
-
-Written = list[tuple[TargetTable, list[FileEntry]]]
-Writes = Sequence[tuple[Any, ...]]  # (table, files, ...) as the apply engine returns them
+    from pyspark.sql import DataFrame, SparkSession
 
 
-def _state(spark: SparkSession, table: TargetTable, paths: list[str]) -> DataFrame:
-    """The resolved rows of the given files (empty when there are none)."""
-    if not paths:
-        return spark.createDataFrame([], table.spark_schema())
-    return resolve(spark.read.schema(table.spark_schema()).parquet(*paths), table.key_columns)
+@dataclass
+class TargetWrite:
+    """One table's uncommitted apply output, as the check needs it.
+
+    Args:
+        table: the header after evolution.
+        files: the new delta files.
+        before: every image (key and ``_cf_*`` columns at least) of the changed keys
+            before this apply; None for a new table.
+        expected: per changed key, ``before`` and ``present`` (after this apply, as the
+            applied LCRs say); None to skip the row and count reconciliation.
+        rows_before: the table's row count before this apply.
+        n_rows: rows (images and tombstones) the deltas hold.
+        rows_after: set by the check: the row count after the commit.
+    """
+
+    table: TargetTable
+    files: list[FileEntry]
+    before: DataFrame | None = None
+    expected: DataFrame | None = None
+    rows_before: int = 0
+    n_rows: int = 0
+    rows_after: int | None = None
 
 
-def _row_facts(table: TargetTable, after: DataFrame) -> DataFrame:
+def _after(spark: SparkSession, w: TargetWrite) -> DataFrame:
+    """Per changed key, the newest image after the commit (tombstones kept)."""
+    keys = w.table.key_columns
+    cols = [*keys, *META]
+    new = spark.read.schema(w.table.spark_schema()).parquet(*[f.path for f in w.files]) \
+        .select(*cols)
+    raw = new if w.before is None else w.before.select(*cols).unionByName(new)
+    return resolve(raw, keys, keep_deleted=True)
+
+
+def _row_facts(spark: SparkSession, w: TargetWrite) -> tuple[DataFrame, DataFrame]:
+    """(rows facts, one counts row) of one table."""
     from pyspark.sql import Window
     from pyspark.sql import functions as F
 
-    keys = [F.col(k) for k in table.key_columns]
+    keys = w.table.key_columns
+    after = _after(spark, w).select(*keys, (~F.col("_cf_deleted")).alias("_after"))
+    assert w.expected is not None
+    facts = w.expected.join(after, keys, "full_outer")
     not_null = F.lit(True)
     for k in keys:
-        not_null = not_null & k.isNotNull()
-    same_key = Window.partitionBy(*keys)
-    return after.select(
-        F.lit(table.name).alias("table_name"),
-        F.to_json(F.struct(*keys)).alias("key"),
+        not_null = not_null & F.col(k).isNotNull()
+    after_present = F.coalesce("_after", "before")
+    rows = facts.select(
+        F.lit(w.table.name).alias("table_name"),
+        F.to_json(F.struct(*[F.col(k) for k in keys])).alias("key"),
         not_null.alias("key_not_null"),
-        (F.count(F.lit(1)).over(same_key) == 1).alias("key_unique"),
-    )
+        (F.count(F.lit(1)).over(Window.partitionBy(*keys)) == 1).alias("key_unique"),
+        (after_present == F.coalesce("present", "before")).alias("as_applied"),
+        "before", F.col("present").alias("expected"), after_present.alias("after"),
+    ).persist()
+    n = rows.agg(
+        F.sum((F.col("after") & ~F.col("before")).cast("long")).alias("ins"),
+        F.sum((~F.col("after") & F.col("before")).cast("long")).alias("dels"),
+        F.sum((F.col("expected") & ~F.col("before")).cast("long")).alias("eins"),
+        F.sum((~F.col("expected") & F.col("before")).cast("long")).alias("edels"),
+    ).first()
+    ins, dels = int(n.ins or 0), int(n.dels or 0)  # type: ignore[union-attr]
+    eins, edels = int(n.eins or 0), int(n.edels or 0)  # type: ignore[union-attr]
+    w.rows_after = w.rows_before + ins - dels
+    counts = spark.createDataFrame(
+        [(w.table.name, w.rows_before, ins, dels, w.rows_after,
+          w.rows_before + eins - edels)],
+        "table_name string, rows_before long, inserts long, deletes long, rows_after long, "
+        "expected_after long")
+    return rows.drop("before", "expected", "after"), counts
 
 
-def _key(table: TargetTable, side: str) -> list[Column]:
-    """The key columns of a table, read from an LCR's old or new value map."""
-    from pyspark.sql import functions as F
-
-    types = dict(table.columns)
-    out = []
-    for k in table.key_columns:
-        lt = lcr.LOGICAL_TYPES[types[k]]
-        out.append(F.col(side).getItem(k.upper()).getField(lt.field).cast(lt.spark_type)
-                   .alias(k))
-    return out
-
-
-def _lcr_counts(table: TargetTable, changes: DataFrame, before: DataFrame | None
-                ) -> tuple[int, int, int]:
-    """(INSERTs, DELETEs, key-moving UPDATEs) among one table's applied LCRs.
-
-    An INSERT or DELETE whose exact image (key, commit position, position, deleted) is
-    already in the table's files is a replay, which changes nothing: it is not counted,
-    so applying the same LCR twice still reconciles.
-    """
-    from pyspark.sql import functions as F
-
-    owner, name = table.name.upper().split(".", 1)
-    mine = changes.where((F.upper("object_owner") == owner) & (F.upper("object_name") == name))
-    cmd = F.col("command_type")
-    meta = [F.col("commit_scn").alias("_cf_scn"), F.col("position").alias("_cf_pos")]
-    ins = mine.where(cmd == "INSERT").select(*_key(table, "new_values"), *meta,
-                                             F.lit(False).alias("_cf_deleted"))
-    dels = mine.where(cmd == "DELETE").select(*_key(table, "old_values"), *meta,
-                                              F.lit(True).alias("_cf_deleted"))
-    on = [*table.key_columns, "_cf_scn", "_cf_pos", "_cf_deleted"]
-    if before is not None:
-        seen = before.select(*on)
-        ins, dels = (df.join(seen, on, "left_anti") for df in (ins, dels))
-    # A struct, not an array: key columns may have different types.
-    old_key = F.struct(*_key(table, "old_values"))
-    new_key = F.struct(*_key(table, "new_values"))
-    moved = mine.where((cmd == "UPDATE") & F.col("old_values").isNotNull()
-                       & ~old_key.eqNullSafe(new_key)).count()
-    return ins.count(), dels.count(), moved
-
-
-def _facts(spark: SparkSession, catalog: TargetCatalog, written: Written,
-           changes: DataFrame) -> tuple[DataFrame, DataFrame, DataFrame]:
-    """The three fact sets: rows after (touched buckets), declared columns, row counts."""
-    from functools import reduce
-
-    row_parts, col_rows, count_rows = [], [], []
-    for table, files in written:
-        touched = {f.bucket for f in files}
-        old = [f.path for f in catalog.files(table.name) if f.bucket in touched]
-        new = [f.path for f in files]
-        before = _state(spark, table, old).count()
-        after = _state(spark, table, old + new)
-        n_after = after.count()
-        raw = spark.read.schema(table.spark_schema()).parquet(*old) if old else None
-        ins, dels, moved = _lcr_counts(table, changes, raw)
-        count_rows.append((table.name, before, ins + moved, dels + moved, n_after,
-                           before + ins - dels))
-        row_parts.append(_row_facts(table, after))
+def _column_facts(spark: SparkSession, writes: Sequence[TargetWrite]) -> DataFrame:
+    col_rows = []
+    for w in writes:
+        new = [f.path for f in w.files]
         physical = {f.name: f.dataType.simpleString()
                     for f in spark.read.parquet(*new).schema.fields} if new else {}
-        for col, ltype in table.columns:
+        for col, ltype in w.table.columns:
             declared = lcr.spark_type(lcr.LOGICAL_TYPES[ltype].spark_type).simpleString()
             got = physical.get(col, declared if not new else None)
-            col_rows.append((table.name, col, declared, got, got == declared))
-    rows = reduce(lambda a, b: a.unionByName(b), row_parts)
-    cols = spark.createDataFrame(col_rows, "table_name string, column string, declared string, "
+            col_rows.append((w.table.name, col, declared, got, got == declared))
+    return spark.createDataFrame(col_rows, "table_name string, column string, declared string, "
                                            "written string, type_as_declared boolean")
-    cnts = spark.createDataFrame(count_rows, "table_name string, rows_before long, inserts long, "
-                                             "deletes long, rows_after long, expected_after long")
-    return rows, cols, cnts
+
+
+def _facts(spark: SparkSession, writes: Sequence[TargetWrite]
+           ) -> tuple[DataFrame | None, DataFrame, DataFrame | None]:
+    from functools import reduce
+
+    parts = [_row_facts(spark, w) for w in writes if w.expected is not None]
+    rows = reduce(lambda a, b: a.unionByName(b), [p[0] for p in parts]) if parts else None
+    counts = reduce(lambda a, b: a.unionByName(b), [p[1] for p in parts]) if parts else None
+    return rows, _column_facts(spark, writes), counts
 
 
 def check_target(
     spark: SparkSession, cfg: PipelineConfig, *, stage: str, catalog: TargetCatalog,
-    written: Writes, changes: DataFrame,
+    writes: Sequence[TargetWrite],
 ) -> QualityReport | None:
     """Validate an apply's written, uncommitted target changes; quarantine them on failure.
 
     A no-op (returns ``None``) when quality is disabled or nothing was written.
 
-    Args:
-        spark: the session.
-        cfg: the pipeline (its ``quality:`` section decides what blocks).
-        stage: e.g. ``apply:apply_dbs2``.
-        catalog: the target catalog of the apply's site.
-        written: per table, the header after evolution and the new delta files
-            (further tuple items are ignored).
-        changes: the row LCRs this apply run applies.
-
     Raises:
         QualityError: a blocking check failed; the delta files were quarantined and the
             manifests were not committed.
     """
-    tables: Written = [(w[0], w[1]) for w in written if w[1]]
-    if not tables or not cfg.quality.enabled:
+    writes = [w for w in writes if w.files]
+    if not writes or not cfg.quality.enabled:
         return None
     started = time.monotonic()
     policy = blocking_policy(cfg)
-    subject = ",".join(t.name for t, _ in tables)
+    subject = ",".join(w.table.name for w in writes)
     report = QualityReport(stage, subject, uuid.uuid4().hex, None)
-    rows, cols, cnts = _facts(spark, catalog, tables, changes)
-    rows = rows.persist()
+    rows, cols, cnts = _facts(spark, writes)
     try:
-        report.n_rows = rows.count()
+        report.n_rows = rows.count() if rows is not None else 0
         for suite, df in (("target_rows", rows), ("target_columns", cols),
                           ("target_counts", cnts)):
+            if df is None:
+                continue
             run = validate(df, suite, blocking=policy)
             for c in run.results:
                 if not c.success:
                     bad = (df.where(f"NOT {c.kwargs['column']}") if "column" in c.kwargs
                            else df.where(f"{c.kwargs['column_A']} <> {c.kwargs['column_B']}"))
-                    k = cfg.quality.sample_rows
-                    c.samples = [r.asDict() for r in bad.limit(k).collect()]
+                    c.samples = [r.asDict() for r in bad.limit(cfg.quality.sample_rows).collect()]
             report.runs.append(run)
     finally:
-        rows.unpersist()
+        if rows is not None:
+            rows.unpersist()
     report.seconds = time.monotonic() - started
     if report.status == "failed":
-        report.quarantine_path = _quarantine(spark, catalog, tables, report)
+        report.quarantine_path = _quarantine(spark, catalog, writes, report)
     report.result_id = results.record(
         catalog.store, stage=stage, subject=subject, producer=stage, batch_id=report.batch_id,
         status=report.status, n_rows=report.n_rows, seconds=report.seconds,
@@ -194,16 +184,15 @@ def check_target(
     return report
 
 
-def _quarantine(spark: SparkSession, catalog: TargetCatalog, written: Written,
+def _quarantine(spark: SparkSession, catalog: TargetCatalog, writes: Sequence[TargetWrite],
                 report: QualityReport) -> str:
     """Move every table's delta directory to quarantine. Returns the quarantine root used."""
     dests = []
-    for table, files in written:
-        delta_dir = files[0].path.split("/_cf_bucket=", 1)[0]
-        dest = quarantine.target_location(catalog.target_root, table.name, delta_dir)
-        dests.append(dest)
+    for w in writes:
+        delta_dir = w.files[0].path.split("/_cf_bucket=", 1)[0]
+        dests.append(quarantine.target_location(catalog.target_root, w.table.name, delta_dir))
     report.quarantine_path = dests[0] if len(dests) == 1 else ",".join(dests)
-    for (_table, files), dest in zip(written, dests, strict=True):
-        quarantine.quarantine(spark, files[0].path.split("/_cf_bucket=", 1)[0], dest,
+    for w, dest in zip(writes, dests, strict=True):
+        quarantine.quarantine(spark, w.files[0].path.split("/_cf_bucket=", 1)[0], dest,
                               report.to_dict())
     return report.quarantine_path

@@ -7,7 +7,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from sqlalchemy import select
 
 from changeflow.apply.postgres import apply_pg_once
 from changeflow.capture.pg_decode import UnsupportedTypeError
@@ -22,7 +21,6 @@ from changeflow.config import load_config
 from changeflow.errors import TerminalError, TransientError
 from changeflow.pgconn import SourceUnreachableError
 from changeflow.sites import queue_site
-from changeflow.state import schema
 from changeflow.testing.pg_cluster import free_port
 
 pytestmark = pytest.mark.postgres
@@ -52,9 +50,10 @@ def _one_way(pg: Any, workdir: Path, pipeline_file: Any, monkeypatch: Any, *,
 
 
 def _errors(cfg: Any) -> list[Any]:
+    from changeflow.apply import errorq
+
     rt, _ = queue_site(cfg, "strm.q1@s1")
-    with rt.store.engine.connect() as c:
-        return list(c.execute(select(schema.apply_errors).order_by(schema.apply_errors.c.id)))
+    return errorq.entries(rt.store, "topg")
 
 
 def test_source_unreachable_is_transient(workdir: Path, pipeline_file: Any,

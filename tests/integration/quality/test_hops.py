@@ -7,12 +7,12 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from changeflow import fs, lcr
+from changeflow import lcr
 from changeflow.apply.engine import apply_once, target_catalog
-from changeflow.apply.target import FileEntry, read_table
+from changeflow.apply.target import read_table
 from changeflow.cli import main
 from changeflow.propagation import propagate_once
-from changeflow.quality import QualityError, check_target, results
+from changeflow.quality import QualityError, results
 from changeflow.queues import io as qio
 from changeflow.queues.quarantine import quarantined
 from changeflow.sites import consumer_name, queue_site
@@ -81,26 +81,6 @@ def _target_rows(spark, cfg):  # type: ignore[no-untyped-def]
     return sorted(tuple(r) for r in read_table(spark, cat, "hr.regions").collect())
 
 
-def test_apply_row_count_mismatch_reaches_no_target(spark, pipeline, lcr_frame) -> None:  # type: ignore[no-untyped-def]
-    _enqueue(spark, pipeline, DST, lcr_frame([row_lcr(1), row_lcr(2)]))
-    apply_once(spark, pipeline, "ap")
-    before = _target_rows(spark, pipeline)
-    # An INSERT of a key the target already holds: rows before + inserts != rows after.
-    _enqueue(spark, pipeline, DST, lcr_frame([row_lcr(1, transaction_id="tx11",
-                                                      commit_scn=11, msg_id="again")]))
-    with pytest.raises(QualityError, match="target_rows_reconcile") as info:
-        apply_once(spark, pipeline, "ap")
-    [fail] = info.value.report.blocking_failures
-    counts = fail.samples[0]  # counted over the buckets the apply touched
-    assert counts["inserts"] == 1 and counts["rows_after"] == counts["rows_before"]
-    assert counts["expected_after"] == counts["rows_before"] + 1
-    assert _target_rows(spark, pipeline) == before
-    rt, q = queue_site(pipeline, DST)
-    assert len(rt.catalog.pending(q, consumer_name("apply", "ap"))) == 1
-    qpath = info.value.report.quarantine_path or ""
-    assert "/_quarantine/hr.regions/delta-" in qpath and fs.exists(spark, qpath)
-
-
 def test_apply_null_key_is_blocked(spark, pipeline, lcr_frame) -> None:  # type: ignore[no-untyped-def]
     image = {"REGION_ID": lcr.encode_value(None, "INTEGER"), "REGION_NAME": lcr.encode_value("x")}
     _enqueue(spark, pipeline, DST, lcr_frame([row_lcr(1, new_values=image)]))
@@ -109,39 +89,17 @@ def test_apply_null_key_is_blocked(spark, pipeline, lcr_frame) -> None:  # type:
     assert target_catalog(pipeline, pipeline.applies[0]).get("hr.regions") is None
 
 
-def test_written_column_types_must_match_the_manifest(spark, pipeline, lcr_frame,
-                                                      tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
-    _enqueue(spark, pipeline, DST, lcr_frame([row_lcr(1)]))
-    apply_once(spark, pipeline, "ap")
-    cat = target_catalog(pipeline, pipeline.applies[0])
-    table = cat.get("hr.regions")
-    assert table is not None
-    # A delta whose region_name was written as a number, not the declared VARCHAR2.
-    path = str(tmp_path / "bad" / "_cf_bucket=0")
-    spark.createDataFrame([(5, 7, 99, 0, False)], "region_id long, region_name long, "
-                          "_cf_scn long, _cf_pos long, _cf_deleted boolean").write.parquet(path)
-    files = [FileEntry(p, 0, table.version + 1, "delta", 1) for p, _ in fs.data_files(spark, path)]
-    changes = lcr_frame([row_lcr(5, transaction_id="tx12", commit_scn=12)])
-    with pytest.raises(QualityError, match="target_column_types") as info:
-        check_target(spark, pipeline, stage="apply:ap", catalog=cat, written=[(table, files)],
-                     changes=changes)
-    [fail] = [c for c in info.value.report.blocking_failures
-              if c.check == "target_column_types"]
-    assert fail.samples == [{"table_name": "hr.regions", "column": "region_name",
-                             "declared": "string", "written": "bigint",
-                             "type_as_declared": False}]
-
-
 def test_replayed_lcrs_still_reconcile(spark, pipeline, lcr_frame) -> None:  # type: ignore[no-untyped-def]
-    from changeflow.state import schema
+    from changeflow.state import schema_apply
 
     msgs = [row_lcr(1), row_lcr(2), row_lcr(1, "DELETE", transaction_id="tx11", commit_scn=11,
                                               position=9)]
     _enqueue(spark, pipeline, DST, lcr_frame(msgs))
     apply_once(spark, pipeline, "ap")
     rt, _ = queue_site(pipeline, DST)
-    with rt.store.begin() as conn:  # forget the high-water marks: a true replay
-        conn.execute(schema.apply_progress.delete())
+    with rt.store.begin() as conn:  # forget which transactions were applied: a true replay
+        conn.execute(schema_apply.applied_txns.delete())
+        conn.execute(schema_apply.watermarks.delete())
     _enqueue(spark, pipeline, DST, lcr_frame(msgs))
     assert apply_once(spark, pipeline, "ap").messages == 3
     assert _target_rows(spark, pipeline) == [(2, "r2")]

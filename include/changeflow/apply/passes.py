@@ -1,0 +1,426 @@
+"""One pass of a Parquet apply over a set of pending batches (see :mod:`.engine`)."""
+
+from __future__ import annotations
+
+import logging
+import time
+import uuid
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import TYPE_CHECKING, Any
+
+from changeflow import fs, quality
+from changeflow import lcr as contract
+from changeflow.apply import enqueue as enq
+from changeflow.apply import errorq, positions, survey
+from changeflow.apply.conflicts import check_columns, effective_handlers
+from changeflow.apply.ddl_parquet import DdlPlan
+from changeflow.apply.errorq import FailedTxn
+from changeflow.apply.handlers import ERROR_COLUMN, Handlers, run_dml, run_messages
+from changeflow.apply.positions import TxnId
+from changeflow.apply.records import Commit
+from changeflow.apply.tables import TablePlan, txn_frame, without
+from changeflow.apply.target import TargetCatalog, read_table, write_files
+from changeflow.config import ApplySpec, PipelineConfig
+from changeflow.errors import ConfigError, TargetError
+from changeflow.quality.target import TargetWrite
+from changeflow.queues import io as qio
+from changeflow.sites import SiteRuntime, consumer_name
+
+if TYPE_CHECKING:
+    from collections.abc import Callable
+
+    from pyspark.sql import DataFrame, SparkSession
+
+    from changeflow.apply.engine import ApplyResult
+    from changeflow.queues.catalog import Batch
+    from changeflow.state.leases import Lease
+
+log = logging.getLogger(__name__)
+
+
+class Pass:
+    """Everything one pass does before and at its commit."""
+
+    def __init__(self, spark: SparkSession, cfg: PipelineConfig, spec: ApplySpec,
+                 rt: SiteRuntime, catalog: TargetCatalog, lease: Lease, handlers: Handlers,
+                 dests: list[enq.Destination], rule_filter: Callable[[DataFrame], DataFrame]
+                 | None, batches: list[Batch], result: ApplyResult, *,
+                 source: DataFrame | None = None,
+                 reexec: dict[str, errorq.ErrorEntry] | None = None):
+        self.spark, self.cfg, self.spec, self.rt = spark, cfg, spec, rt
+        self.catalog, self.lease, self.handlers, self.dests = catalog, lease, handlers, dests
+        self.rule_filter, self.batches, self.result = rule_filter, batches, result
+        self.failed: dict[TxnId, FailedTxn] = {}
+        self.msg_failures: list[tuple[FailedTxn, dict[str, Any]]] = []
+        self.written_tables: set[str] = set()
+        self.stopped: str | None = None
+        self.plans: dict[str, TablePlan] = {}
+        self._cache: list[DataFrame] = []
+        self._cut: set[TxnId] = set()
+        self._precommitted: set[TxnId] = set()
+        self.timings: dict[str, float] = {}
+        self.source, self.reexec = source, reexec
+        self.reexecuted: list[errorq.ErrorEntry] = []
+
+    # -- the pass ------------------------------------------------------------------------
+    def run(self) -> bool:
+        """Do the pass. Returns whether the batches are done (acknowledged)."""
+        df = self.source if self.source is not None else qio.read_batches(self.spark,
+                                                                           self.batches)
+        if self.rule_filter is not None:
+            df = self.rule_filter(df)
+        try:
+            if not self.batches:
+                return self._run(df)
+            with qio.guard(self.batches):
+                return self._run(df)
+        finally:
+            for plan in self.plans.values():
+                plan.release()
+            for c in self._cache:
+                c.unpersist()
+
+    def _run(self, df: DataFrame) -> bool:
+        from pyspark.sql import functions as F
+
+        to_apply, parts = enq.split(self.cfg, df, self.dests)
+        changes = self._persist(to_apply.where(F.col("kind").isin("ROW", "DDL")))
+        with self.step("survey"):
+            txns = survey.transactions(changes)
+            with self.rt.store.read() as conn:
+                done = positions.done(conn, self.spec.name, [t.id for t in txns]) \
+                    if self.reexec is None else set()
+        todo = [t for t in txns if t.id not in done]
+        self.result.skipped += len(txns) - len(todo)
+        segment, complete = _segment(todo)
+        self.times = {t.id: t.commit_time for t in segment}
+        self.info = {t.id: t for t in segment}
+        for t in segment:
+            if t.bad_command is not None:
+                self._fail_command(t)
+        work = changes if len(segment) == len(txns) else changes.join(
+            txn_frame(self.spark, {t.id for t in segment}).hint("broadcast"),
+            ["source_database_name", "commit_scn", "transaction_id"], "left_semi")
+        ddl = DdlPlan(self.catalog, self.spec, self.handlers)
+        with self.step("handlers"):
+            if any(t.has_ddl for t in segment):
+                ddl.collect(work, self._fail)
+            work = self._handlers(work)
+        with self.step("conflicts"):
+            plans = self._tables(work, ddl)
+        with self.step("messages"):
+            self._messages(to_apply.where(F.col("kind") == "USER") if complete else None)
+        applied = self._applied(segment)
+        with self.step("write"):
+            written = self._write(plans, set(self.failed) | self._cut)
+        with self.step("quality"):
+            self._check(written)
+        with self.step("error queue and enqueue"):
+            files = self._error_files(changes) if self.reexec is None else {}
+            enqueued = enq.enqueue(self.spark, self.spec.name, parts, self.batches) \
+                if complete and parts and self.batches else 0
+        with self.step("commit"):
+            self._commit(written, ddl, applied, files, complete and not self._cut)
+        self._tally(written, applied, enqueued, ddl)
+        return complete and not self._cut
+
+    @contextmanager
+    def step(self, what: str) -> Iterator[None]:
+        """Log how long a step of the pass took (long work shows progress)."""
+        started = time.monotonic()
+        yield
+        self.timings[what] = self.timings.get(what, 0.0) + time.monotonic() - started
+        log.info("apply %s: %s took %.2f s", self.spec.name, what, self.timings[what])
+
+    def _persist(self, df: DataFrame) -> DataFrame:
+        df = df.persist()
+        self._cache.append(df)
+        return df
+
+    # -- failures ------------------------------------------------------------------------
+    def _fail(self, f: FailedTxn) -> None:
+        txn = TxnId.from_key(f.txn_key)
+        if txn not in self.failed:
+            info = self.info.get(txn)
+            if info is not None:
+                f.commit_time = f.commit_time or info.commit_time
+                f.tables = sorted(set(f.tables) | info.tables)
+            self.failed[txn] = f
+
+    def _fail_command(self, t: survey.TxnInfo) -> None:
+        assert t.bad_command is not None
+        pos, msg, cmd, kind = t.bad_command
+        try:
+            contract.CommandType.parse(cmd, kind=kind)
+            text = f"command type {cmd!r} is not applied"
+        except contract.UnknownCommandTypeError as exc:
+            text = str(exc)
+        self._fail(FailedTxn(t.id.key, "command_type", f"LCR {msg} at position {pos}: {text}",
+                             t.id.source, t.id.txn, t.id.scn, t.commit_time, msg, pos))
+
+    # -- handlers ------------------------------------------------------------------------
+    def _handlers(self, work: DataFrame) -> DataFrame:
+        """Run the DML handlers; their failures fail transactions."""
+        from pyspark.sql import functions as F
+
+        tables = self.handlers.dml_tables()
+        if not tables or not any(self.info[t].tables & tables for t in self.info):
+            return work
+        name = F.lower(F.concat_ws(".", "object_owner", "object_name"))
+        handled = (F.col("kind") == "ROW") & name.isin(*sorted(tables))
+        out = self._persist(run_dml(self.spark, work.where(handled), self.handlers))
+        for r in out.where(F.col(ERROR_COLUMN).isNotNull()).collect():
+            txn = TxnId(r.source_database_name, int(r.commit_scn), r.transaction_id)
+            self._fail(FailedTxn(txn.key, "handler", r[ERROR_COLUMN], txn.source, txn.txn,
+                                 txn.scn, None, r.msg_id, r.position,
+                                 [f"{r.object_owner}.{r.object_name}".lower()]))
+        emitted = out.where(F.col(ERROR_COLUMN).isNull()).drop(ERROR_COLUMN)
+        return self._persist(work.where(~handled).unionByName(emitted))
+
+    def _messages(self, users: DataFrame | None) -> None:
+        """Hand the user messages to the message handler; failures go to the error queue."""
+        if users is None or not users.take(1):
+            return
+        fails = run_messages(users, self.handlers, self.spec.name).collect()
+        self.result.user_messages += users.count()
+        for r in fails:
+            row = r.asDict(recursive=True)
+            key = f"msg:{row['msg_id']}"
+            self.msg_failures.append((FailedTxn(
+                key, "message", row[ERROR_COLUMN], failing_msg_id=row["msg_id"],
+                commit_time=row.get("enq_time")), row))
+
+    def _precommit(self, txns: list[TxnId]) -> None:
+        fn = self.handlers.precommit
+        if fn is None:
+            return
+        called = self._precommitted
+        for txn in txns:
+            if txn in self.failed or txn in called:
+                continue
+            called.add(txn)
+            info = self.info[txn]
+            try:
+                fn(Commit(txn.source, txn.txn, txn.scn, info.commit_time, info.n,
+                          tuple(sorted(info.tables))))
+            except Exception as exc:  # noqa: BLE001  (a handler error fails its transaction)
+                self._fail(FailedTxn(txn.key, "handler",
+                                     f"precommit handler {self.handlers.precommit_path} raised: "
+                                     f"{type(exc).__name__}: {exc}", txn.source, txn.txn,
+                                     txn.scn))
+
+    # -- tables --------------------------------------------------------------------------
+    def _tables(self, work: DataFrame, ddl: DdlPlan) -> list[TablePlan]:
+        """Plan every touched table, then settle conflicts and precommit handlers."""
+        if self.failed:
+            work = without(work, self.spark, set(self.failed))
+        shapes = survey.tables(work) if any(self.info[t].tables for t in self.info) else {}
+        handlers = effective_handlers(self.rt.store, self.spec.name,
+                                      self.spec.conflicts.handlers)
+        for name, shape in shapes.items():
+            plan = self._plan(name, shape, ddl, [h for h in handlers if h.table == name])
+            if plan is not None:
+                self.plans[name] = plan
+        for name in ddl.tables():
+            if name not in self.plans:
+                try:
+                    ddl.check_alone(name)
+                except TargetError as exc:
+                    for txn in ddl.txns_of(name):
+                        self._fail(FailedTxn(txn.key, "ddl", str(exc), txn.source, txn.txn,
+                                             txn.scn))
+                    ddl.forget(name)
+        for plan in self.plans.values():
+            plan.prepare(work)
+        order = sorted(self.info)
+        for _ in range(len(order) + 1):
+            before = len(self.failed)
+            for plan in self.plans.values():
+                for f in plan.conflicts(set(self.failed), self.times).values():
+                    self._fail(f)
+            self._precommit([t for t in order if t not in self.failed])
+            if len(self.failed) == before:
+                break
+        self._stop_at_first_error(order)
+        return list(self.plans.values())
+
+    def _plan(self, name: str, shape: survey.TableShape, ddl: DdlPlan,
+              handlers: list[Any]) -> TablePlan | None:
+        cc = self.spec.conflicts
+        try:
+            header, is_new = ddl.header(name, shape, self.spec.buckets)
+        except TargetError as exc:
+            for t in self.info.values():
+                if name in t.tables:
+                    self._fail(FailedTxn(t.id.key, "table", str(exc), t.id.source, t.id.txn,
+                                         t.id.scn, t.commit_time, tables=[name]))
+            return None
+        for h in handlers:
+            check_columns(h, header.column_names)
+        compare = [c for c in (cc.compare.get(name) or sorted(shape.old_columns))
+                   if c in dict(header.columns) and c not in header.key_columns]
+        unknown = [c for c in cc.compare.get(name, []) if c not in dict(header.columns)]
+        if unknown:
+            raise ConfigError(
+                f"conflicts.compare of {name}: column {unknown[0]!r} is not a column of the "
+                f"table (it has {', '.join(header.column_names)})", file=self.cfg.source_path,
+                key=f"applies.{self.spec.name}.conflicts.compare")
+        return TablePlan(
+            self.spark, self.catalog, header, is_new, compare if cc.detect else [], handlers,
+            cc.detect, cc.detect or self.cfg.quality.enabled,
+            shape.partial(header.column_names), cutoff=ddl.cutoff(name))
+
+    def _stop_at_first_error(self, order: list[TxnId]) -> None:
+        self._cut: set[TxnId] = set()
+        if not (self.spec.errors.stop_on_error and self.failed):
+            return
+        first = min(self.failed)
+        self._cut = {t for t in order if t > first and t not in self.failed}
+        f = self.failed[first]
+        self.stopped = (f"apply {self.spec.name} stopped at transaction {f.transaction_id} of "
+                        f"{f.source_database} (commit position {f.commit_scn}): "
+                        f"{f.error_message}; it is in the error queue, and the transactions "
+                        "after it were not applied (stop_on_error)")
+
+    # -- writing -------------------------------------------------------------------------
+    def _applied(self, segment: list[survey.TxnInfo]) -> list[survey.TxnInfo]:
+        return [t for t in segment if t.id not in self.failed and t.id not in self._cut]
+
+    def _write(self, plans: list[TablePlan], excluded: set[TxnId]) -> list[TargetWrite]:
+        from concurrent.futures import ThreadPoolExecutor
+
+        tag = uuid.uuid4().hex[:12]
+        apply_tag = bytes.fromhex(self.spec.apply_tag)
+
+        def one(plan: TablePlan) -> TargetWrite:
+            rows = plan.images(plan.table.version + 1, apply_tag, excluded)
+            kind = "pdelta" if plan.partial or plan.folded_partial else "delta"
+            files, n = write_files(self.spark, plan.table, rows, kind, tag)
+            return TargetWrite(plan.table, files, plan.before_rows(),
+                               plan.expected(excluded) if self.cfg.quality.enabled else None,
+                               self._rows_before(plan), n)
+
+        with ThreadPoolExecutor(max_workers=4) as pool:
+            return list(pool.map(one, plans))
+
+    def _rows_before(self, plan: TablePlan) -> int:
+        if plan.is_new or plan.cutoff is not None:
+            return 0
+        known = self.catalog.row_count(plan.table.name)
+        if known is None and self.cfg.quality.enabled:
+            known = read_table(self.spark, self.catalog, plan.table.name).count()
+        return known or 0
+
+    def _check(self, written: list[TargetWrite]) -> None:
+        quality.check_target(self.spark, self.cfg, stage=f"apply:{self.spec.name}",
+                             catalog=self.catalog, writes=written)
+
+    def _error_files(self, changes: DataFrame) -> dict[str, tuple[str, int]]:
+        """Write every failed transaction's LCRs (as received) to the error queue's files."""
+        out: dict[str, tuple[str, int]] = {}
+        if self.failed:
+            import pyarrow.compute as pc
+
+            rows = changes.join(txn_frame(self.spark, set(self.failed)).hint("broadcast"),
+                                ["source_database_name", "commit_scn", "transaction_id"],
+                                "left_semi").select(*contract.FIELD_NAMES).toArrow()
+            keys = pc.binary_join_element_wise(
+                rows.column("source_database_name"), rows.column("commit_scn").cast("string"),
+                rows.column("transaction_id"), "\x1f")
+            for key in set(keys.to_pylist()):
+                part = rows.filter(pc.equal(keys, key)).sort_by([("position", "ascending")])
+                out[key] = self._error_file(part)
+        for f, row in self.msg_failures:
+            import pyarrow as pa
+
+            from changeflow.apply.handlers import _out_row
+
+            one = {k: v for k, v in _out_row(row).items() if k != ERROR_COLUMN}
+            out[f.txn_key] = self._error_file(pa.Table.from_pylist(
+                [one], schema=contract.arrow_schema()))
+        return out
+
+    def _error_file(self, table: Any) -> tuple[str, int]:
+        path = errorq.lcr_file(self.rt.spec.staging_root, self.spec.name)
+        errorq.write_lcrs(path, table)
+        return path, table.num_rows
+
+    # -- commit --------------------------------------------------------------------------
+    def _commit(self, written: list[TargetWrite], ddl: DdlPlan,
+                applied: list[survey.TxnInfo], files: dict[str, tuple[str, int]],
+                ack: bool) -> None:
+        replaced: list[str] = []
+        with self.rt.store.begin() as conn:
+            self.lease.check(conn)
+            for w in written:
+                plan = self.plans[w.table.name]
+                remove = [f.path for f in plan.old_files] if plan.cutoff is not None else []
+                replaced.extend(remove)
+                self.catalog.commit(conn, w.table, w.files, remove, rows=w.rows_after)
+                if w.rows_after is None:
+                    self.catalog.forget_row_count(conn, w.table.name)
+            replaced.extend(ddl.commit(conn, {w.table.name for w in written}))
+            positions.record(conn, self.spec.name,
+                             [(t.id, t.commit_time) for t in applied])
+            positions.note_last(conn, self.spec.name, [(t.id, t.commit_time) for t in applied])
+            positions.record(conn, self.spec.name,
+                             [(t, f.commit_time) for t, f in self.failed.items()], "error")
+            for f in [*self.failed.values(), *(m for m, _ in self.msg_failures)]:
+                if self.reexec is not None:
+                    entry = self.reexec[f.txn_key]
+                    errorq.note_failure(conn, entry, f.error_kind, f.error_message)
+                    self.result.error_ids.append(entry.id)
+                    continue
+                path, n = files[f.txn_key]
+                entry_id, old = errorq.record(conn, self.spec.name, f, path, n)
+                self.result.error_ids.append(entry_id)
+                if old:
+                    replaced.append(old)
+            if self.reexec is not None:
+                failed_keys = {f.txn_key for f in self.failed.values()} | {
+                    m.txn_key for m, _ in self.msg_failures}
+                self.reexecuted = [e for k, e in self.reexec.items() if k not in failed_keys]
+                errorq.remove(conn, [e.id for e in self.reexecuted])
+                replaced.extend(e.lcr_path for e in self.reexecuted if e.lcr_path)
+            if ack and self.batches:
+                self.rt.catalog.ack(self._queue(), self._consumer(), self.batches[-1].seq,
+                                    conn)
+            positions.prune(conn, self.spec.name, self.spec.positions.history_days)
+        for path in replaced:
+            if path.endswith(".parquet") and "/_apply_errors/" in path:
+                errorq.delete_file(path)
+            else:
+                fs.delete(self.spark, path)
+
+    def _queue(self) -> str:
+        return self.batches[0].queue
+
+    def _consumer(self) -> str:
+        return consumer_name("apply", self.spec.name)
+
+    def _tally(self, written: list[TargetWrite], applied: list[survey.TxnInfo], enqueued: int,
+               ddl: DdlPlan) -> None:
+        r = self.result
+        r.transactions += len(applied)
+        r.errors += len(self.failed) + len(self.msg_failures)
+        r.enqueued += enqueued
+        r.ddl += ddl.executed
+        for w in written:
+            n = w.n_rows
+            if n:
+                r.tables[w.table.name] = r.tables.get(w.table.name, 0) + n
+                self.written_tables.add(w.table.name)
+            r.changes += n
+        for plan in self.plans.values():
+            r.conflicts_resolved += plan.resolved
+            r.superseded += plan.skipped
+
+
+def _segment(todo: list[survey.TxnInfo]) -> tuple[list[survey.TxnInfo], bool]:
+    """The transactions of this pass: up to and including the first one holding DDL."""
+    for i, t in enumerate(todo):
+        if t.has_ddl:
+            return todo[: i + 1], i == len(todo) - 1
+    return todo, True
+

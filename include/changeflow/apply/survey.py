@@ -1,0 +1,122 @@
+"""One look at a pass's messages before applying them: transactions and table shapes.
+
+Two small aggregations over the (cached) changes, collected to the driver:
+
+* per source transaction: commit time, number of LCRs, the tables it touches, whether
+  it holds DDL, and its first LCR with a command type the contract does not know;
+* per target table: key columns and (column, logical type) in source order, which
+  columns UPDATEs leave out (partial images), and which columns old values carry
+  (what conflict detection can compare).
+
+Rows are grouped by their *shape* (names and types of their values), of which a
+batch holds a handful, so the pass costs a hash aggregate, not an explode.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from changeflow import lcr
+from changeflow.apply.positions import TxnId
+
+if TYPE_CHECKING:
+    from pyspark.sql import Column, DataFrame
+
+
+@dataclass
+class TxnInfo:
+    """One source transaction of the pass."""
+
+    id: TxnId
+    commit_time: dt.datetime | None
+    n: int
+    tables: set[str]
+    has_ddl: bool
+    bad_command: tuple[int, str, str | None, str] | None  # position, msg id, command, kind
+
+
+@dataclass
+class TableShape:
+    """What the pass's LCRs say about one target table."""
+
+    name: str
+    key_columns: list[str] = field(default_factory=list)
+    columns: list[tuple[str, str]] = field(default_factory=list)
+    update_sets: list[set[str]] = field(default_factory=list)
+    old_columns: set[str] = field(default_factory=set)
+
+    def partial(self, columns: list[str]) -> bool:
+        """Whether some UPDATE lacks one of ``columns`` (the table's, after evolution)."""
+        every = set(columns)
+        return any(not every <= s for s in self.update_sets)
+
+
+def valid_command() -> Column:
+    """Whether a message's command type is one the contract allows for its kind."""
+    from pyspark.sql import functions as F
+
+    kind, cmd = F.col("kind"), F.col("command_type")
+    return (((kind == "ROW") & cmd.isin(*lcr.DML_COMMANDS))
+            | ((kind == "DDL") & cmd.isin(*lcr.DDL_COMMANDS)))
+
+
+def transactions(changes: DataFrame) -> list[TxnInfo]:
+    """Per source transaction of ROW/DDL messages (see the module docstring)."""
+    from pyspark.sql import functions as F
+
+    table = F.lower(F.concat_ws(".", "object_owner", "object_name"))
+    bad = F.when(~F.coalesce(valid_command(), F.lit(False)),
+                 F.struct(F.col("position"), F.col("msg_id"), F.col("command_type"),
+                          F.col("kind")))
+    rows = changes.groupBy("source_database_name", "commit_scn", "transaction_id").agg(
+        F.max("commit_time").alias("t"), F.count(F.lit(1)).alias("n"),
+        F.collect_set(F.when(F.col("kind") == "ROW", table)).alias("tables"),
+        F.max((F.col("kind") == "DDL").cast("int")).alias("ddl"),
+        F.min(bad).alias("bad"),
+    ).collect()
+    out = []
+    for r in rows:
+        b = r.bad
+        out.append(TxnInfo(
+            TxnId(r.source_database_name, int(r.commit_scn), r.transaction_id), r.t, int(r.n),
+            set(r.tables or []), bool(r.ddl),
+            (int(b.position or 0), b.msg_id, b.command_type, b.kind) if b is not None else None))
+    return sorted(out, key=lambda t: (t.id.scn, t.id.source, t.id.txn))
+
+
+def tables(changes: DataFrame) -> dict[str, TableShape]:
+    """Per target table of the ROW messages (see the module docstring)."""
+    from pyspark.sql import functions as F
+
+    rows = changes.where(F.col("kind") == "ROW").groupBy(
+        "object_owner", "object_name", "key_columns", "command_type",
+        F.map_keys("new_values").alias("cols"),
+        F.map_values("new_values").getField("type").alias("types"),  # no lambda: codegen
+        F.map_keys("old_values").alias("ocols"),
+        F.map_values("old_values").getField("type").alias("otypes"),
+    ).agg(F.count(F.lit(1)).alias("n")).collect()
+    out: dict[str, TableShape] = {}
+    for r in sorted(rows, key=lambda r: (r.object_owner, r.object_name)):
+        name = f"{r.object_owner}.{r.object_name}".lower()
+        shape = out.setdefault(name, TableShape(name))
+        if not shape.key_columns and r.key_columns:
+            shape.key_columns.extend(k.lower() for k in r.key_columns)
+        known = {c for c, _ in shape.columns}
+        # The maps keep insertion order, so columns keep the order the source listed them.
+        for names, types in ((r.cols, r.types), (r.ocols, r.otypes)):
+            for col, ltype in zip(names or [], types or [], strict=True):
+                if col.lower() not in known and ltype:
+                    shape.columns.append((col.lower(), ltype))
+                    known.add(col.lower())
+        shape.old_columns.update(c.lower() for c in (r.ocols or []))
+        if r.command_type == "UPDATE":
+            shape.update_sets.append({c.lower() for c in (r.cols or [])})
+    return out
+
+
+def summary_of(txns: list[TxnInfo]) -> dict[str, Any]:
+    """Counts for logs."""
+    return {"transactions": len(txns), "lcrs": sum(t.n for t in txns),
+            "with_ddl": sum(t.has_ddl for t in txns)}

@@ -1,0 +1,192 @@
+"""One target table's part of a Parquet apply pass: effects, lookup, conflicts, images.
+
+:class:`TablePlan` is built once per touched table and pass. It keeps the (cached)
+effects and the looked-up current rows, and is asked repeatedly for conflicts while
+the set of failed transactions grows (a failed transaction changes what later
+transactions of the same keys find), until nothing new fails. Then :meth:`images`
+gives what to write.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from changeflow.apply import conflicts, images
+from changeflow.apply.config import ConflictHandlerSpec
+from changeflow.apply.errorq import FailedTxn
+from changeflow.apply.positions import TxnId
+from changeflow.apply.target import FileEntry, TargetCatalog, TargetTable, bucket_expr, resolve
+
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame, SparkSession
+
+log = logging.getLogger(__name__)
+
+
+def txn_frame(spark: SparkSession, txns: set[TxnId]) -> DataFrame:
+    """A small frame of transaction identities, to join on."""
+    return spark.createDataFrame(
+        [(t.source, t.scn, t.txn) for t in sorted(txns)],
+        "source_database_name string, commit_scn bigint, transaction_id string")
+
+
+def without(df: DataFrame, spark: SparkSession, txns: set[TxnId], *,
+            names: tuple[str, str, str] = ("source_database_name", "commit_scn",
+                                           "transaction_id")) -> DataFrame:
+    """``df`` without the rows of the given transactions."""
+    from pyspark.sql import functions as F
+
+    if not txns:
+        return df
+    frame = txn_frame(spark, txns).toDF(*names)
+    return df.join(F.broadcast(frame), list(names), "left_anti")
+
+
+@dataclass
+class TablePlan:
+    """The pass's work on one target table."""
+
+    spark: SparkSession
+    catalog: TargetCatalog
+    table: TargetTable
+    is_new: bool
+    compare: list[str]
+    handlers: list[ConflictHandlerSpec]
+    detect: bool
+    lookup_needed: bool
+    partial: bool
+    cutoff: tuple[Any, ...] | None = None
+    effects: DataFrame | None = None
+    matched: DataFrame | None = None
+    current: DataFrame | None = None
+    old_files: list[FileEntry] = field(default_factory=list)
+    resolved: int = 0
+    skipped: int = 0
+    folded: list[dict[str, Any]] = field(default_factory=list)
+    _cached: list[DataFrame] = field(default_factory=list)
+
+    def prepare(self, changes: DataFrame) -> None:
+        """Build and cache the effects of this table's LCRs, and look up current rows."""
+        from pyspark.sql import functions as F
+
+        owner, name = self.table.name.upper().split(".", 1)
+        mine = changes.where((F.upper("object_owner") == owner) & (F.upper("object_name") == name)
+                             & (F.col("kind") == "ROW"))
+        eff = images.effects(mine, self.table, self.compare, partial=self.partial)
+        if self.cutoff is not None:  # a TRUNCATE or DROP TABLE: only what follows it counts
+            eff = eff.where(F.struct(*[F.col(c) for c in images.ORDER])
+                            > F.struct(*[F.lit(v) for v in self.cutoff]))
+            self.old_files = self.catalog.files(self.table.name)
+        self.effects = self._cache(eff)
+        if not self.lookup_needed or self.is_new or self.cutoff is not None:
+            return
+        keys = self._cache(self.effects.select(*self.table.key_columns).distinct())
+        touched = {r[0] for r in keys.select(
+            bucket_expr(self.table.key_columns, self.table.buckets)).distinct().collect()}
+        self.old_files = [f for f in self.catalog.files(self.table.name) if f.bucket in touched]
+        if not self.old_files:
+            return
+        needed = self.compare + [h.resolution_column for h in self.handlers
+                                 if h.resolution_column and h.resolution_column
+                                 not in self.compare]
+        self.matched = self._cache(conflicts.lookup(self.spark, self.table, self.old_files,
+                                                    keys, needed))
+        partial_files = any(f.kind == "pdelta" for f in self.old_files)
+        self.current = self._cache(conflicts.current_of(self.matched, self.table, needed,
+                                                        partial=partial_files))
+
+    def _cache(self, df: DataFrame) -> DataFrame:
+        df = df.persist()
+        self._cached.append(df)
+        return df
+
+    def release(self) -> None:
+        """Drop the cached frames."""
+        for df in self._cached:
+            df.unpersist()
+        self._cached.clear()
+
+    def conflicts(self, failed: set[TxnId], commit_times: dict[TxnId, Any]
+                  ) -> dict[TxnId, FailedTxn]:
+        """Detect (and resolve) conflicts without the failed transactions' effects.
+
+        Returns:
+            Transactions that fail on this table (unresolved conflicts).
+        """
+        from pyspark.sql import functions as F
+
+        assert self.effects is not None
+        eff = without(self.effects, self.spark, failed,
+                      names=("_e_src", "_e_scn", "_e_txn"))
+        self._detected = conflicts.detect(eff, self.current, self.table, self.compare,
+                                          detect_conflicts=self.detect)
+        if self.current is None:
+            self.folded, self.resolved, self.skipped = [], 0, 0
+            return {}
+        odd = self._detected.where(F.col("_x_bad") | F.col("_x_skip"))
+        rows = [r.asDict(recursive=True) for r in odd.collect()]
+        bad = [r for r in rows if r["_x_bad"]]
+        out = conflicts.fold(bad, self.table, self.compare, self.handlers, commit_times)
+        self.folded, self.resolved = out.effects, out.resolved
+        self.skipped = out.skipped + len(rows) - len(bad)
+        return out.failed
+
+    def images(self, seq: int, tag: bytes, failed: set[TxnId]) -> DataFrame:
+        """What to write: fast-path effects and folded ones, as images and tombstones."""
+        from pyspark.sql import functions as F
+
+        det = without(self._detected, self.spark, failed, names=("_e_src", "_e_scn", "_e_txn"))
+        fast = det.where(~F.col("_x_bad") & ~F.col("_x_skip"))
+        cols = [*self.table.column_names, *images.E_META]
+        out = fast.select(*cols)
+        folded = [r for r in self.folded if TxnId(r["_e_src"], int(r["_e_scn"]), r["_e_txn"])
+                  not in failed]
+        if folded:
+            schema = out.schema
+            rows = [tuple(r.get(c) for c in cols) for r in folded]
+            out = out.unionByName(self.spark.createDataFrame(rows, schema))
+        return images.images(out, self.table, seq, tag)
+
+    def expected(self, failed: set[TxnId]) -> DataFrame:
+        """Per changed key: whether it should exist once this pass commits."""
+        from pyspark.sql import Window
+        from pyspark.sql import functions as F
+
+        keys = self.table.key_columns
+        det = without(self._detected, self.spark, failed, names=("_e_src", "_e_scn", "_e_txn"))
+        applied = det.where(~F.col("_x_bad") & ~F.col("_x_skip")).select(
+            *keys, *images.ORDER, "_e_kind")
+        folded = [r for r in self.folded if TxnId(r["_e_src"], int(r["_e_scn"]), r["_e_txn"])
+                  not in failed]
+        if folded:
+            applied = applied.unionByName(self.spark.createDataFrame(
+                [tuple(r.get(c) for c in applied.columns) for r in folded], applied.schema))
+        w = Window.partitionBy(*keys).orderBy(*[F.col(c).desc() for c in images.ORDER])
+        last = applied.withColumn("_rn", F.row_number().over(w)).where("_rn = 1").select(
+            *keys, (F.col("_e_kind") != "D").alias("_present"))
+        every = self.effects.select(*keys).distinct() if self.effects is not None else None
+        assert every is not None
+        if self.current is not None:
+            before = self.current.select(*keys, F.col("_c_exists").alias("_before"))
+            every = every.join(before, keys, "left")
+        else:
+            every = every.withColumn("_before", F.lit(False))
+        return every.join(last, keys, "left").select(
+            *keys, F.coalesce("_before", F.lit(False)).alias("before"),
+            F.coalesce("_present", F.coalesce("_before", F.lit(False))).alias("present"))
+
+    @property
+    def folded_partial(self) -> bool:
+        """Whether a resolved conflict left columns to the current row (a partial image)."""
+        return any(r.get("_e_absent") for r in self.folded)
+
+    def before_rows(self) -> DataFrame | None:
+        """The raw rows (every image) of the changed keys before this pass."""
+        return self.matched
+
+
+def resolve_current(df: DataFrame, table: TargetTable, partial: bool) -> DataFrame:
+    """Current rows of a frame of raw images (re-exported for the quality check)."""
+    return resolve(df, table.key_columns, partial=partial)
