@@ -20,15 +20,9 @@ from typing import Annotated, Any, Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
-from changeflow.apply.config import (
-    ConflictConfig,
-    EnqueueDestination,
-    ErrorPolicy,
-    HandlerConfig,
-    PositionPolicy,
-)
 from changeflow.debezium.config import DebeziumSource
 from changeflow.errors import ConfigError
+from changeflow.idap.config import IdapConfig
 from changeflow.mcq.config import McqConfig
 from changeflow.messaging.config import MessagingConfig
 
@@ -246,14 +240,9 @@ class ApplySpec(_Model):
     queue: str
     rule_sets: RuleSetRef = RuleSetRef()
     buckets: int = Field(default=16, ge=1, le=4096)
-    apply_tag: str = Field(default="00", pattern=r"^([0-9A-Fa-f]{2})+$")
+    apply_tag: str = "00"
     target: PostgresTarget | None = None
     limits: PassLimits = PassLimits()
-    conflicts: ConflictConfig = ConflictConfig()
-    handlers: HandlerConfig = HandlerConfig()
-    enqueue: list[EnqueueDestination] = []
-    errors: ErrorPolicy = ErrorPolicy()
-    positions: PositionPolicy = PositionPolicy()
 
 
 class QualityConfig(_Model):
@@ -285,6 +274,7 @@ class PipelineConfig(_Model):
     alerts: AlertsConfig = AlertsConfig()
     mcq: McqConfig | None = None
     messaging: MessagingConfig = MessagingConfig()
+    idap: IdapConfig = IdapConfig()
     spark: dict[str, str] = {}
     source_path: str | None = None
 
@@ -292,6 +282,8 @@ class PipelineConfig(_Model):
     def _references(self) -> PipelineConfig:
         _check_names(self)
         queue_keys = {f"{q.name}@{q.site}" for q in self.queues}
+        for name in set(self.idap.remote_sites) & set(self.sites):
+            raise ValueError(f"idap.remote_sites.{name}: {name} is a local site already")
         for i, q in enumerate(self.queues):
             if q.site not in self.sites:
                 raise ValueError(f"queues.{i}.site: unknown site {q.site!r}")
@@ -299,7 +291,8 @@ class PipelineConfig(_Model):
             for i, item in enumerate(getattr(self, section)):
                 for attr in ("queue", "source_queue", "destination_queue"):
                     ref = getattr(item, attr, None)
-                    if ref is not None and self.qualify(ref) not in queue_keys:
+                    if ref is not None and self.qualify(ref) not in queue_keys \
+                            and not (attr == "destination_queue" and self.idap.remote(ref)):
                         raise ValueError(f"{section}.{i}.{attr}: unknown queue {ref!r}")
         return self
 

@@ -139,7 +139,7 @@ class Service:
 
             return receive_batch(self, env, http)
         if isinstance(req, M.Enqueue):
-            return self.enqueue(req, http)
+            return self.enqueue(req, http, propagated=env.propagation is not None)
         if isinstance(req, M.Receive):
             return self.receive(req, http)
         if isinstance(req, M.Register):
@@ -168,10 +168,17 @@ class Service:
         return not http.extra and not any(
             s.in_transaction for u, s in http.sessions.items() if u != user)
 
-    def enqueue(self, req: M.Enqueue, http: HttpSession) -> Element:
-        """``AQXmlSend``/``AQXmlPublish``: check, decode, enqueue (commit if asked)."""
+    def enqueue(self, req: M.Enqueue, http: HttpSession, *, propagated: bool = False
+                ) -> Element:
+        """``AQXmlSend``/``AQXmlPublish``: check, decode, enqueue (commit if asked).
+
+        A propagation (its header present) may use either request on either kind of
+        queue: it cannot know the remote queue's kind.
+        """
         props = self._props(req.destination)
-        if req.op == M.SEND and props.multiple_consumers:
+        if propagated:
+            pass
+        elif req.op == M.SEND and props.multiple_consumers:
             raise InvalidRequestError(f"queue {props.name} has multiple consumers (a topic): "
                                       "publish to it with AQXmlPublish")
         if req.op == M.PUBLISH and not props.multiple_consumers:

@@ -244,3 +244,41 @@ def _unlock(store: StateStore, run: str) -> None:
     with store.begin() as conn:
         conn.execute(update(M).where(M.c.lock_txn == run).values(
             lock_txn=None, lock_mode=None, lock_expires=None))
+
+
+#: What a destination reached another way reports: the :class:`_Outcome` of a delivery.
+Outcome = _Outcome
+
+
+def carry_user_messages(store: StateStore, queue: str, address: str, producer: str,
+                        limit: int, name: str, result: PropagationResult,
+                        deliver: Any) -> PropagationResult:
+    """Carry addressed user messages with a ``deliver(rows) -> Outcome`` of the caller's.
+
+    The same lock / deliver / acknowledge steps as :func:`propagate_user_messages`, for
+    a destination that is not a site of this pipeline (HTTP propagation,
+    :mod:`changeflow.idap.propagate`): ``deliver`` must make the destination commit
+    each message once (recognising a message id it holds already).
+    """
+    if not _any_addressed(store, queue, address):
+        return result
+    run = f"{producer}:{uuid.uuid4().hex[:12]}"
+    rows = _lock(store, queue, address, producer, run, limit)
+    if not rows:
+        return result
+    try:
+        outcome = deliver(rows)
+    except QueueNotFoundError as exc:
+        n = _undeliverable(store, run, f"propagation {name}: {exc}")
+        raise type(exc)(f"{exc} ({n} user messages marked UNDELIVERABLE)") from exc
+    except BaseException:
+        _unlock(store, run)
+        raise
+    faults.point("propagation.user_messages.after_destination_commit")
+    _acknowledge(store, run, outcome, name)
+    result.batches_read += 1
+    result.messages_read += len({r.msg_id for r in rows})
+    result.messages_propagated += len(outcome.sent)
+    result.bytes_propagated += outcome.bytes
+    result.more_pending = result.more_pending or len(rows) >= limit
+    return result

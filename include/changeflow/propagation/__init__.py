@@ -103,6 +103,10 @@ def propagate_once(
     spec: PropagationSpec = cfg.component("propagation", name)
     src_rt, _ = queue_site(cfg, spec.source_queue)
     with Lease(src_rt.store, f"propagation:{name}", wait=lease_wait) as lease:
+        if cfg.idap.remote(spec.destination_queue) is not None:  # HTTP(S), SPEC §9
+            from changeflow.idap.propagate import propagate_http
+
+            return propagate_http(spark, cfg, spec, lease, rule_filter, max_batches)
         result = _propagate(spark, cfg, spec, lease, rule_filter, max_batches,
                             crash_after_destination_commit)
         return propagate_user_messages(cfg, spec, lease, result)

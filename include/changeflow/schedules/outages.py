@@ -48,6 +48,10 @@ def check_destination(cfg: PipelineConfig, name: str) -> None:
         name: the propagation.
     """
     spec = cfg.component("propagation", name)
+    if cfg.idap.remote(spec.destination_queue) is not None:  # a remote IDAP endpoint
+        from changeflow.idap.propagate import probe
+
+        return probe(cfg, spec)
     ref = spec.destination_queue
     try:
         rt, queue = queue_site(cfg, ref)
