@@ -20,6 +20,13 @@ from typing import Annotated, Any, Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
+from changeflow.apply.config import (
+    ConflictConfig,
+    EnqueueDestination,
+    ErrorPolicy,
+    HandlerConfig,
+    PositionPolicy,
+)
 from changeflow.debezium.config import DebeziumSource
 from changeflow.errors import ConfigError
 from changeflow.idap.config import IdapConfig
@@ -240,9 +247,14 @@ class ApplySpec(_Model):
     queue: str
     rule_sets: RuleSetRef = RuleSetRef()
     buckets: int = Field(default=16, ge=1, le=4096)
-    apply_tag: str = "00"
+    apply_tag: str = Field(default="00", pattern=r"^([0-9A-Fa-f]{2})+$")
     target: PostgresTarget | None = None
     limits: PassLimits = PassLimits()
+    conflicts: ConflictConfig = ConflictConfig()
+    handlers: HandlerConfig = HandlerConfig()
+    enqueue: list[EnqueueDestination] = []
+    errors: ErrorPolicy = ErrorPolicy()
+    positions: PositionPolicy = PositionPolicy()
 
 
 class QualityConfig(_Model):
