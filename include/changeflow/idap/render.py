@@ -9,8 +9,14 @@ so element names carry no prefixes:
 <Envelope xmlns="http://schemas.xmlsoap.org/soap/envelope/"><Body><AQXmlCommitResponse xmlns="http://ns.oracle.com/AQ/schemas/access"><status_response><status_code>0</status_code></status_response></AQXmlCommitResponse></Body></Envelope>
 
 A Fault's ``faultcode``, ``faultstring`` and ``detail`` are unqualified, as SOAP 1.1
-wants; ``detail`` holds the IDAP ``status_response`` (``status_code`` -1,
-``error_code``, ``error_message``).
+wants, so the Fault envelope writes the SOAP namespace with a prefix (no default
+namespace is in scope of those three); ``detail`` holds the IDAP ``status_response``
+(``status_code`` -1, ``error_code``, ``error_message``):
+
+>>> from changeflow.idap.errors import Fault
+>>> print(fault(Fault(24010, "Client", "queue 'a.b' does not exist")).decode())
+<?xml version="1.0" encoding="UTF-8"?>
+<SOAP-ENV:Envelope xmlns:SOAP-ENV="http://schemas.xmlsoap.org/soap/envelope/"><SOAP-ENV:Body><SOAP-ENV:Fault><faultcode>24010</faultcode><faultstring>Client error: queue 'a.b' does not exist</faultstring><detail><status_response xmlns="http://ns.oracle.com/AQ/schemas/access"><status_code>-1</status_code><error_code>24010</error_code><error_message>queue 'a.b' does not exist</error_message></status_response></detail></SOAP-ENV:Fault></SOAP-ENV:Body></SOAP-ENV:Envelope>
 """
 
 from __future__ import annotations
@@ -23,11 +29,19 @@ from changeflow.idap.messages import q
 from changeflow.idap.xmlns import SOAP_NS, split
 
 
-def _serialize(el: Element, parent_ns: str, out: list[str]) -> None:
+def _serialize(el: Element, parent_ns: str, out: list[str], prefixed: str = "") -> None:
     ns, name = split(el.tag)
-    out.append(f"<{name}")
-    if ns != parent_ns:
-        out.append(f" xmlns={quoteattr(ns)}")
+    default = parent_ns
+    if prefixed and ns == SOAP_NS:
+        out.append(f"<{prefixed}:{name}")
+        if not parent_ns and out[0] == _DECL and len(out) == 2:
+            out.append(f" xmlns:{prefixed}={quoteattr(SOAP_NS)}")
+        name = f"{prefixed}:{name}"
+    else:
+        out.append(f"<{name}")
+        if ns != parent_ns:
+            out.append(f" xmlns={quoteattr(ns)}")
+        default = ns
     for key, value in el.attrib.items():
         kns, kname = split(key)
         if kns:  # attributes of other namespaces are not used by IDAP documents
@@ -40,14 +54,19 @@ def _serialize(el: Element, parent_ns: str, out: list[str]) -> None:
     if el.text:
         out.append(escape(el.text))
     for child in el:
-        _serialize(child, ns, out)
+        _serialize(child, default, out, prefixed)
     out.append(f"</{name}>")
 
 
-def to_bytes(root: Element) -> bytes:
-    """An element tree as an XML document (default namespaces, no prefixes)."""
-    out = ['<?xml version="1.0" encoding="UTF-8"?>\n']
-    _serialize(root, "", out)
+_DECL = '<?xml version="1.0" encoding="UTF-8"?>\n'
+
+
+def to_bytes(root: Element, *, prefixed: str = "") -> bytes:
+    """An element tree as an XML document: default namespaces, no prefixes, or the SOAP
+    namespace with the prefix ``prefixed`` (what SOAP clients such as zeep read faults in).
+    """
+    out = [_DECL]
+    _serialize(root, "", out, prefixed)
     return "".join(out).encode("utf-8")
 
 
@@ -96,4 +115,6 @@ def fault(f: Fault) -> bytes:
     SubElement(el, "faultstring").text = f.faultstring
     detail = SubElement(el, "detail")
     status_response(detail, -1, f.code, f.message)
-    return envelope(el)
+    env = Element(f"{{{SOAP_NS}}}Envelope")
+    SubElement(env, f"{{{SOAP_NS}}}Body").append(el)
+    return to_bytes(env, prefixed="SOAP-ENV")
