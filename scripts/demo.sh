@@ -34,4 +34,16 @@ CHANGEFLOW_CONFIG=config/demo.yaml changeflow schedules
 echo "data-quality checks (latest result per stage; Data Docs: work/data-docs/):"
 CHANGEFLOW_CONFIG=config/demo.yaml changeflow quality latest
 CHANGEFLOW_CONFIG=config/demo.yaml changeflow quality docs >/dev/null
+# The Meta Change Queue (docs/mcq.md): triggers, pump, backfill and the import-table
+# listener on a throwaway PostgreSQL cluster, then the XML listener as an Airflow DAG.
+echo "Meta Change Queue (config/demo-mcq.yaml) ..."
+changeflow mcq demo --config config/demo-mcq.yaml
+MCQLOG="$CHANGEFLOW_WORK/demo-mcq-dagrun.log"
+if ! airflow dags test changeflow_mcq__listener__FEED >"$MCQLOG" 2>&1 \
+   || ! grep -aq "DagRun Finished: dag_id=changeflow_mcq__listener__FEED.*state=success" "$MCQLOG"; then
+  echo "MCQ demo FAILED: see $MCQLOG" >&2
+  exit 1
+fi
+echo "XML listener FEED (Airflow DAG): $(ls "$DEMO/mcq/feed" | wc -l) documents in work/demo/mcq/feed"
+changeflow mcq status --config config/demo-mcq.yaml --by listener
 echo "demo PASSED: every target table equals the source's final state"

@@ -9,12 +9,13 @@ started and removed here, so the demo needs no server of its own):
 2. the configuration's tables, listeners and interests are registered, and the log
    triggers installed on ``hrdb`` (outbox mode: the demo's MCQ store is SQLite);
 3. Insite is loaded through the MCQ (seed "Manual Entries"): every person is queued
-   for it in the bulk lane, twice, to show that a refresh is idempotent;
+   for it in the bulk lane, twice, to show that a refresh is idempotent, and the
+   Insite listener runs once: the initial load;
 4. ordinary SQL changes people, telephones and logins, plus a "housekeeping" update
    of a column no trigger watches;
-5. the pump moves the change log into the MCQ, and the Insite listener runs once:
-   real-time changes first, then the backfill; a new person without a first name is
-   refused by the vendor's trigger and put back;
+5. the pump moves the change log into the MCQ, and the Insite listener runs again: a
+   new person without a first name is refused by the vendor's trigger and put back,
+   a deleted person becomes "Former-<status>" there (the vendor keeps people);
 6. the verification: ``sa_person`` holds what the vendor's rules make of ``people``.
 
 The generic XML listener (FEED) then runs as an Airflow DAG from ``scripts/demo.sh``.
@@ -176,17 +177,21 @@ def run_demo(cfg: PipelineConfig, *, people: int = 40,
                         rows_from_query(hrdb, "SELECT person_id FROM people"))
             echo(f"backfill {attempt} of Insite: {r.queued} queued (bulk), "
                  f"{r.already_pending} already pending")
+        first = run_listener(cfg, "Insite", once=True)
+        echo(f"listener Insite (initial load): {first.processed} processed")
         _changes(pg, people)
         p = pump(mcq.store, "hrdb", hrdb, strict=section(cfg).strict)
         echo(f"pump hrdb: {p.moved} logged changes -> {p.entries} entries")
         result = run_listener(cfg, "Insite", once=True)
-        echo(f"listener Insite: {result.processed} processed, {result.put_back} put back")
+        echo(f"listener Insite (changes): {result.processed} processed, {result.put_back} "
+             "put back")
         for err in result.errors:
             echo(f"  put back: {err}")
         want, got = expected(pg, {people + 2}), actual(pg)
         # person 7 was deleted: Insite keeps them, as "Former-<status>"
         ok = all(got.get(pid) == row for pid, row in want.items()) and \
-            got.get(7, ("", "", ""))[2].startswith("Former-") and result.put_back == 1
+            got.get(7, ("", "", ""))[2].startswith("Former-") and result.put_back == 1 and \
+            first.processed == people and set(got) == set(want) | {7}
         echo(f"sa_person: {len(got)} rows, {len(want)} current people; person 7 (deleted): "
              f"{got.get(7, ('-', '-', '-'))[2]}")
         echo(f"MCQ demo verification: {'PASSED' if ok else 'FAILED'}")

@@ -210,12 +210,14 @@ def notify(cfg: AlertsConfig, alert: MonitorAlert) -> dict[str, str]:
 
 def _ensure_listener_rows(conn: Any, now: dt.datetime, mark_interval: float) -> None:
     have = set(conn.execute(select(P.c.proc)).scalars())
-    for row in conn.execute(select(L.c.proc_name, L.c.frequency, L.c.alert_after)):
+    for row in conn.execute(select(L.c.proc_name, L.c.frequency, L.c.alert_after,
+                                   L.c.created_at)):
         after = row.alert_after or default_alert_after(row.frequency, mark_interval)
         if row.proc_name not in have:
             conn.execute(P.insert().values(proc=row.proc_name, listener=row.proc_name,
                                            expect_every=max(row.frequency, mark_interval),
-                                           alert_after=after, registered_at=now, marks=0))
+                                           alert_after=after,
+                                           registered_at=aware(row.created_at) or now, marks=0))
         else:
             conn.execute(update(P).where(P.c.proc == row.proc_name).values(
                 listener=row.proc_name, alert_after=after,

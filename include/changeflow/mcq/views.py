@@ -6,6 +6,7 @@
 * :func:`origin_rows`: the call stack of the first log per (table, subtype), and of the
   first ``get_changes`` per listener;
 * :func:`pending_entries`: a listener's pending entries, in the order it gets them;
+* :func:`process_rows`: the process monitor's view (last mark, silence, limit);
 * :func:`flush`: remove a listener's pending entries, confirmed by repeating its name;
 * :func:`purge`: delete processed entries older than a cut-off.
 
@@ -134,6 +135,14 @@ def origin_rows(store: StateStore) -> list[dict[str, Any]]:
                  "call_stack": r.call_stack}
                 for r in conn.execute(select(L).order_by(L.c.proc_name))]
     return out
+
+
+def process_rows(store: StateStore, now: dt.datetime | None = None) -> list[dict[str, Any]]:
+    """Every process the monitor watches: last mark, marks, silence so far, its limit,
+    whether it is late and whether an alert went out."""
+    from changeflow.mcq.monitor import status
+
+    return status(store, now)
 
 
 def pending_entries(store: StateStore, listener: str, limit: int = 50) -> list[dict[str, Any]]:
