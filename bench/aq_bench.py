@@ -143,6 +143,24 @@ def _plain_setup(url: str) -> None:
     conn.close()
 
 
+def _collect(out: Any, procs: list[Any]) -> list[Any]:
+    """Every worker's result; a worker that died fails the measurement at once."""
+    import queue as queue_mod
+
+    results: list[Any] = []
+    deadline = time.monotonic() + 900
+    while len(results) < len(procs):
+        try:
+            results.append(out.get(timeout=1))
+        except queue_mod.Empty:
+            dead = [p.exitcode for p in procs if p.exitcode not in (None, 0)]
+            if dead or time.monotonic() > deadline:
+                for p in procs:
+                    p.kill()
+                raise RuntimeError(f"a benchmark worker failed (exit codes {dead})") from None
+    return results
+
+
 def _throughput(worker: Any, url: str, op: str, n: int, clients: int, batch: int) -> float:
     ctx = mp.get_context("spawn")
     barrier, out = ctx.Barrier(clients), ctx.Queue()
@@ -151,7 +169,7 @@ def _throughput(worker: Any, url: str, op: str, n: int, clients: int, batch: int
              for _ in range(clients)]
     for p in procs:
         p.start()
-    results = [out.get(timeout=900) for _ in procs]
+    results = _collect(out, procs)
     for p in procs:
         p.join()
     total = sum(r[2] for r in results)

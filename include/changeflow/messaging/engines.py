@@ -35,3 +35,11 @@ def session_store(store: StateStore) -> StateStore:
     fast.engine = engine
     fast.reader = engine.execution_options()  # PostgreSQL reads need no option
     return fast
+
+
+def dispose(url: str) -> None:
+    """Close the pooled connections sessions hold to a store (e.g. before dropping it)."""
+    with _lock:
+        engine = _engines.pop(url, None)
+    if engine is not None:
+        engine.dispose()

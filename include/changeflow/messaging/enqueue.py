@@ -249,12 +249,13 @@ def _guarded(started: bool) -> Any:
         live.append(Q.c.enqueue_enabled.is_(True))
     values = select(*[bindparam(f"v_{c.name}", type_=c.type) for c in _COLUMNS]).where(
         exists(select(Q.c.name).where(*live)))
-    return M.insert().from_select([c.name for c in _COLUMNS], values)
+    # RETURNING, not rowcount: drivers differ on the rowcount of INSERT ... SELECT
+    return M.insert().from_select([c.name for c in _COLUMNS], values).returning(M.c.id)
 
 
 def _guarded_insert(conn: Connection, row: dict[str, Any], started: bool) -> None:
-    done = conn.execute(_guarded(started), {f"v_{k}": v for k, v in row.items()})
-    if done.rowcount != 1:  # say why: unknown, dropped or stopped
+    done = conn.execute(_guarded(started), {f"v_{k}": v for k, v in row.items()}).first()
+    if done is None:  # say why: unknown, dropped or stopped
         _check_queue(D.queue(conn, row["queue"]))
         raise QueueStoppedError(f"queue {row['queue']} refused the message")
 

@@ -37,11 +37,25 @@ def pg_url(pg: PgCluster) -> str:
 
 
 @pytest.fixture(params=["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])
-def store_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
+def store_url(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
     """A new state store's URL: a SQLite file, or a fresh PostgreSQL database."""
     if request.param == "sqlite":
-        return f"sqlite:///{tmp_path}/state.db"
-    return pg_url(request.getfixturevalue("pg"))
+        yield f"sqlite:///{tmp_path}/state.db"
+        return
+    url = pg_url(request.getfixturevalue("pg"))
+    yield url
+    close_pools(url)
+
+
+def close_pools(url: str) -> None:
+    """Close the connections the test's stores and sessions pooled (PostgreSQL has 100)."""
+    from changeflow.messaging import engines
+    from changeflow.state import _engines
+
+    engines.dispose(url)
+    engine = _engines.get(url)
+    if engine is not None:
+        engine.dispose()
 
 
 @pytest.fixture()
