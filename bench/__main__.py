@@ -27,6 +27,7 @@ SUITES = [
     ("schedules", "bench.schedule_bench", "rows"),
     ("postgres", "bench.pg_bench", "pg"),
     ("aq", "bench.aq_bench", "pg"),
+    ("idap", "bench.idap_bench", "pg"),
     ("mcq", "bench.mcq_bench", "pg"),
     ("ops", "bench.ops_bench", "rows"),
     ("reliability", "bench.reliability_bench", "rows"),
