@@ -19,7 +19,8 @@ from pathlib import Path
 DST = """
 version: 1
 sites:
-  site2: {staging_root: s2/st, target_root: s2/t, state_url: "sqlite:///s2/state.db", database: DB2}
+  site2: {staging_root: s2/st, target_root: s2/t, state_url: "sqlite:///s2/state.db",
+          database: DB2}
 queues:
   - {name: ws.booked, site: site2, queue_table: ws.orders_qt}
 messaging:
@@ -34,7 +35,8 @@ idap:
 SRC = """
 version: 1
 sites:
-  site1: {{staging_root: s1/st, target_root: s1/t, state_url: "sqlite:///s1/state.db", database: DB1}}
+  site1: {{staging_root: s1/st, target_root: s1/t, state_url: "sqlite:///s1/state.db",
+          database: DB1}}
 queues:
   - {{name: oe.booked, site: site1, queue_table: oe.orders_qt}}
 propagations:
@@ -77,7 +79,7 @@ def main(argv: list[str] | None = None) -> int:
         s.commit()
         enqueue_probes(src, "oe.booked@site1", ["lcr-1", "lcr-2", "lcr-3"], 1000)
         for n in (1, 2):
-            res = propagate_once(None, src, "oe_to_ws")
+            res = propagate_once(None, src, "oe_to_ws")  # type: ignore[arg-type]
             print(f"pass {n}: read {res.messages_read}, committed at site2 "
                   f"{res.messages_propagated}")
         lcrs = arrived(dst, "ws.booked@site2", "demo_reader")

@@ -101,8 +101,8 @@ def _header(el: Element, path: str) -> dict[str, Any]:
         if (value := text(found.get(key))) is not None:
             props[prop] = value
     for key in ("delay", "expiration"):
-        if (value := number(found, key, path)) is not None:
-            props[key] = value
+        if (seconds := number(found, key, path)) is not None:
+            props[key] = seconds
     if (prio := number(found, "priority", path, integer=True)) is not None:
         props["priority"] = prio
     if "recipient_list" in found:

@@ -134,8 +134,8 @@ def _propagation(header: Element) -> M.PropagationHeader | None:
         raise InvalidRequestError("the propagation header needs name, source and kind "
                                   "(batch or messages)")
     try:
-        first = int(found.get("first")) if found.get("first") else None
-        last = int(found.get("last")) if found.get("last") else None
+        first = int(found.get("first") or "") if found.get("first") else None
+        last = int(found.get("last") or "") if found.get("last") else None
     except ValueError:
         raise InvalidRequestError("the propagation header's first and last must be "
                                   "integers") from None

@@ -119,11 +119,11 @@ def _anydata(el: Element, path: str, lookup: Any) -> tuple[Any, str | None]:
         kind = JMS_ELEMENTS[name]
         type_name = next(n for n, k in T.BUILTIN_KINDS.items() if k == kind)
         return _jms(el, kind, f"{path}/{name}"), type_name
-    type_name = el.get("type_name")
-    if type_name:
-        tdef = lookup(type_name)
+    declared = el.get("type_name")
+    if declared:
+        tdef = lookup(declared)
         if tdef.kind != T.OBJECT:
-            raise InvalidRequestError(f"{path}/{name}: type_name {type_name} is not an "
+            raise InvalidRequestError(f"{path}/{name}: type_name {declared} is not an "
                                       "object type")
         return _fields(el, f"{path}/{name}"), tdef.name
     return _fields(el, f"{path}/{name}"), None

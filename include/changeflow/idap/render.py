@@ -14,9 +14,11 @@ namespace is in scope of those three); ``detail`` holds the IDAP ``status_respon
 (``status_code`` -1, ``error_code``, ``error_message``):
 
 >>> from changeflow.idap.errors import Fault
->>> print(fault(Fault(24010, "Client", "queue 'a.b' does not exist")).decode())
-<?xml version="1.0" encoding="UTF-8"?>
-<SOAP-ENV:Envelope xmlns:SOAP-ENV="http://schemas.xmlsoap.org/soap/envelope/"><SOAP-ENV:Body><SOAP-ENV:Fault><faultcode>24010</faultcode><faultstring>Client error: queue 'a.b' does not exist</faultstring><detail><status_response xmlns="http://ns.oracle.com/AQ/schemas/access"><status_code>-1</status_code><error_code>24010</error_code><error_message>queue 'a.b' does not exist</error_message></status_response></detail></SOAP-ENV:Fault></SOAP-ENV:Body></SOAP-ENV:Envelope>
+>>> doc = fault(Fault(24010, "Client", "queue 'a.b' does not exist")).decode()
+>>> "<SOAP-ENV:Fault><faultcode>24010</faultcode><faultstring>Client error: queue" in doc
+True
+>>> "<error_code>24010</error_code>" in doc
+True
 """
 
 from __future__ import annotations

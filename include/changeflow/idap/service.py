@@ -27,9 +27,8 @@ from changeflow.idap.errors import InvalidRequestError
 from changeflow.idap.messages import message_set_element, q
 from changeflow.idap.render import response, result
 from changeflow.idap.sessions import HttpSession
-from changeflow.messaging import admin
+from changeflow.messaging import admin, privileges
 from changeflow.messaging import dictionary as D
-from changeflow.messaging import privileges
 from changeflow.messaging.model import MessageProperties, agent_name, queue_name
 from changeflow.state import StateStore
 from changeflow.state import schema_messaging as S
@@ -53,6 +52,7 @@ class Service:
                  site: str | None = None) -> None:
         from changeflow.config import PipelineConfig
 
+        self.site: str | None
         self.cfg = cfg
         self.users = users
         self.target = target

@@ -228,7 +228,8 @@ def wsdl_document(location: str) -> bytes:
 {nl.join(binding_ops)}
 </binding>
 <service name="AQXmlService">
-<port name="AQXmlPort" binding="aq:AQXmlBinding"><soap:address location={quoteattr(location)}/></port>
+<port name="AQXmlPort" binding="aq:AQXmlBinding">
+<soap:address location={quoteattr(location)}/></port>
 </service>
 </definitions>
 """

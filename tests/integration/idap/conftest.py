@@ -13,7 +13,7 @@ import httpx
 import pytest
 
 from changeflow.idap.config import IdapConfig
-from changeflow.idap.server import Running, running
+from changeflow.idap.server import Running
 from changeflow.messaging import admin
 from changeflow.state import StateStore
 

@@ -12,7 +12,18 @@ from changeflow.idap.server import Running
 from changeflow.messaging import connect
 from changeflow.state import StateStore
 
-from .conftest import COMMIT, client, fault, idap_config, make_queue, post, receive, running, send, texts
+from .conftest import (
+    COMMIT,
+    client,
+    fault,
+    idap_config,
+    make_queue,
+    post,
+    receive,
+    running,
+    send,
+    texts,
+)
 
 IDLE = 1.0
 
