@@ -13,7 +13,7 @@ import httpx
 import pytest
 
 from changeflow.idap.config import IdapConfig
-from changeflow.idap.server import Running
+from changeflow.idap.server import Running, running  # noqa: F401  (re-exported to the tests)
 from changeflow.messaging import admin
 from changeflow.state import StateStore
 

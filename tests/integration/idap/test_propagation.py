@@ -127,3 +127,45 @@ def test_an_unreachable_endpoint_is_a_transient_failure(tmp_path: Path,
 def test_a_remote_destination_passes_config_validation(sites: tuple[Any, Any, Running]) -> None:
     src, _, _ = sites
     assert src.idap.remote(src.propagations[0].destination_queue).url.endswith("/aq")
+
+
+class _Clock:
+    def __init__(self, t: Any) -> None:
+        self.t = t
+
+    def now(self) -> Any:
+        return self.t
+
+    def sleep(self, seconds: float) -> None:
+        import datetime as dt
+
+        self.t += dt.timedelta(seconds=seconds)
+
+
+def test_schedule_windows_back_off_and_count_statistics(tmp_path: Path,
+                                                       sites: tuple[Any, Any, Running]) -> None:
+    import datetime as dt
+
+    from changeflow.schedules.window import ensure_schedule, run_window
+
+    t0 = dt.datetime.now(dt.UTC).replace(microsecond=0)
+    (tmp_path / "s1").mkdir()
+    down = load_config(write_yaml(tmp_path / "src.yaml", SRC.format(url="http://127.0.0.1:9/aq")))
+    store = ensure_schedule(down, "oe_to_ws", t0)
+    report = run_window(None, down, "oe_to_ws", start=t0,  # type: ignore[arg-type]
+                        end=t0 + dt.timedelta(seconds=60), clock=_Clock(t0))
+    row = store.require("oe_to_ws")
+    assert not report.ok and row.state.failures == 2  # at start, then after 30 s
+    assert "unreachable" in (row.state.last_error_msg or "")
+    assert row.state.next_retry == t0 + dt.timedelta(seconds=30 + 60)  # 30 s, then 60 s
+    assert [a["event"] for a in report.alerts] == ["window_failed", "window_failed"]
+    # the live server: a window propagates and the schedule's statistics count it
+    src, dst, _ = sites
+    enqueue_probes(src, "oe.booked@site1", ["w1", "w2"], 900)
+    live = ensure_schedule(src, "oe_to_ws", t0)
+    before = live.require("oe_to_ws").stats.total_number
+    report = run_window(None, src, "oe_to_ws", start=t0,  # type: ignore[arg-type]
+                        end=t0 + dt.timedelta(seconds=5), clock=_Clock(t0))
+    assert report.ok and report.messages == 2
+    assert live.require("oe_to_ws").stats.total_number == before + 2
+    assert arrived(dst, "ws.booked@site2", "reader")[-2:] == ["w1", "w2"]
