@@ -42,6 +42,11 @@ cluster: setup
 demo-3site: setup
 	$(ENV) bash scripts/demo-3site.sh
 
+## serve: the IDAP SOAP service (Advanced Queuing over HTTP) on embedded defaults, 127.0.0.1:8042
+.PHONY: serve
+serve: setup
+	$(ENV) $(VENV)/bin/changeflow serve $(SERVE_ARGS)
+
 ## bench: benchmarks; results in bench-results.json
 bench: setup
 	$(ENV) $(PY) -m bench $(BENCH_ARGS)
