@@ -1,7 +1,7 @@
 """``changeflow serve``: the IDAP SOAP service (Advanced Queuing over HTTP(S), seed 003).
 
 With a pipeline file (``--config`` or ``$CHANGEFLOW_CONFIG``) it serves that pipeline's
-site (``--site`` or ``idap.site`` when there are several) with the file's ``idap:``
+site (``--site``, ``idap.site``, or the first declared) with the file's ``idap:``
 section. Without one it runs on embedded defaults: a SQLite store at
 ``work/aq/state.db``. When no ``idap.users`` are declared, one user, ``aq``, may log
 in; its password is ``$CHANGEFLOW_IDAP_PASSWORD`` or, when that is not set, generated
@@ -89,9 +89,13 @@ def serve(config_path: str | None, site: str | None, host: str | None, port: int
         return
     try:
         target, cfg, who = _target(config_path, store_url)
+        if config_path and not (site or cfg.site):
+            site = next(iter(target.sites))  # the first site; --site chooses another
+        served = f"site {site} of {config_path}" if config_path else "embedded defaults"
         scheme = "https" if cfg.tls else "http"
         where = f"{scheme}://{host or cfg.host}:{port or cfg.port}{cfg.path}"
-        click.echo(f"changeflow IDAP service at {where} (WSDL: {where}?wsdl); users: {who}; "
+        click.echo(f"changeflow IDAP service at {where} (WSDL: {where}?wsdl), {served}; "
+                   f"users: {who}; "
                    f"idle transactions rolled back after {cfg.idle_timeout:g} s")
         run(target, cfg, site=site, host=host, port=port)
     except ChangeflowError as exc:
