@@ -70,9 +70,14 @@ def rule_filter(
     if pair is None or (pair.positive is None and pair.negative is None):
         return None
     from changeflow.obs.rulestats import observed
-    from changeflow.transform.client import with_transformations
+    from changeflow.transform.client import transforming_rules, with_transformations
 
-    return observed(kind, name, pair, with_transformations(pair))
+    run = observed(kind, name, pair, with_transformations(pair))
+    if not transforming_rules(pair):
+        # Stages without Spark (log-based capture) may decide simple rule sets over
+        # Arrow instead (changeflow.rules.arrow_filter).
+        run.rule_sets = pair  # type: ignore[attr-defined]
+    return run
 
 
 def check_references(cfg: PipelineConfig) -> None:

@@ -108,8 +108,20 @@ def _record_position(conn: Any, spec: CaptureSpec, lsn: int) -> None:
 def _filter(
     spark: SparkSession | None, table: pa.Table, rule_filter: RuleFilter | None
 ) -> pa.Table:
+    """The captured rows that pass the capture's rule sets.
+
+    Simple rule sets (system-created global, schema and table rules) are decided over
+    Arrow without a JVM round trip; others run in Spark.
+    """
     if rule_filter is None or table.num_rows == 0:
         return table
+    pair = getattr(rule_filter, "rule_sets", None)
+    if pair is not None:
+        from changeflow.rules.arrow_filter import filter_table
+
+        kept = filter_table(pair, table)
+        if kept is not None:
+            return kept
     if spark is None:
         raise ConfigError("a capture with rule sets needs a SparkSession (rules run in Spark)")
     from changeflow import lcr
