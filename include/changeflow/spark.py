@@ -2,7 +2,12 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
+import sys
+import threading
+from collections.abc import Iterator
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
@@ -12,9 +17,12 @@ if TYPE_CHECKING:
 # Whole-stage generated code for a large rule set can exceed 8,000 bytes of bytecode per
 # method, which HotSpot otherwise never compiles: it would run in the interpreter.
 JIT_OPTIONS = "-XX:-DontCompileHugeMethods"
+#: Spark's logging for a quiet session: errors only (see :func:`get_session`)
+QUIET_LOG4J = Path(__file__).with_name("log4j2-quiet.properties")
 
 
-def get_session(app_name: str = "changeflow", *, master: str | None = None) -> SparkSession:
+def get_session(app_name: str = "changeflow", *, master: str | None = None,
+                quiet: bool = False) -> SparkSession:
     """Return the active SparkSession, or build one with changeflow's settings.
 
     Under ``spark-submit`` the master and resources come from the command line; the
@@ -23,6 +31,8 @@ def get_session(app_name: str = "changeflow", *, master: str | None = None) -> S
     Args:
         app_name: the application name shown in the Spark UI.
         master: the Spark master; ``None`` keeps what spark-submit set, else local.
+        quiet: no console progress bars, and Spark logs errors only (the CLI without
+            ``--verbose``). Applies when this call starts Spark's JVM.
     """
     from pyspark.sql import SparkSession
 
@@ -42,9 +52,81 @@ def get_session(app_name: str = "changeflow", *, master: str | None = None) -> S
         # stays in generated code (see rules.migration.merged_values).
         .config("spark.sql.mapKeyDedupPolicy", "LAST_WIN")
     )
-    if not _conf().get("spark.driver.extraJavaOptions"):
+    java_options = _conf().get("spark.driver.extraJavaOptions")
+    # Quiet applies only to a JVM this call starts: a session that already runs (the
+    # one a test run shares, or a job's) keeps its settings and its log level.
+    quiet = quiet and not _jvm_started()
+    if quiet:
+        builder = builder.config("spark.ui.showConsoleProgress", "false")
+        if not java_options:
+            java_options = f"{JIT_OPTIONS} -Dlog4j2.configurationFile={QUIET_LOG4J.as_uri()}"
+            builder = builder.config("spark.driver.extraJavaOptions", java_options)
+    elif not java_options:
         builder = builder.config("spark.driver.extraJavaOptions", JIT_OPTIONS)
-    return builder.getOrCreate()
+    if not quiet:
+        return builder.getOrCreate()
+    with _filtered_stderr():
+        session = builder.getOrCreate()
+    session.sparkContext.setLogLevel("ERROR")
+    return session
+
+
+#: what the JVM prints on start-up whatever its logging says (a quiet session drops it)
+_START_NOISE = (b"WARNING: Using incubator modules", b"Setting default log level",
+                b"To adjust logging level use sc.setLogLevel")
+
+
+def _jvm_started() -> bool:
+    from pyspark import SparkContext
+
+    return SparkContext._gateway is not None
+
+
+@contextlib.contextmanager
+def _filtered_stderr() -> Iterator[None]:
+    """Start Spark's JVM with its stderr passed through a filter of start-up noise.
+
+    The JVM inherits file descriptor 2 when it starts: for that moment it is a pipe,
+    which a thread copies to the real stderr for the JVM's lifetime, less the lines of
+    :data:`_START_NOISE`. Errors the JVM logs later still reach stderr.
+    """
+    try:
+        sys.stderr.flush()
+        read_end, write_end = os.pipe()
+        real = os.dup(2)
+        keep = os.dup(2)
+    except OSError:  # no usable stderr: start unfiltered
+        yield
+        return
+
+    def pump() -> None:
+        # Reads until the JVM closes its stderr, whatever happens to the copy: a pump
+        # that stopped would let the pipe fill up, and the JVM block on its next write.
+        forward = True
+        with os.fdopen(read_end, "rb") as src:
+            for line in src:
+                if forward and not line.startswith(_START_NOISE):
+                    forward = _write_all(real, line)
+
+    threading.Thread(target=pump, name="spark-stderr", daemon=True).start()
+    os.dup2(write_end, 2)
+    os.close(write_end)
+    try:
+        yield
+    finally:
+        sys.stderr.flush()
+        os.dup2(keep, 2)
+        os.close(keep)
+
+
+def _write_all(fd: int, data: bytes) -> bool:
+    """Write all of ``data`` to ``fd``; False when ``fd`` can no longer be written."""
+    try:
+        while data:
+            data = data[os.write(fd, data):]
+    except OSError:
+        return False
+    return True
 
 
 def _conf() -> dict[str, str]:

@@ -164,6 +164,30 @@ def table(rows: Sequence[dict[str, Any]], columns: Sequence[Col]) -> str:
     return "\n".join([line(c.title for c in columns), *(line(r) for r in cells)])
 
 
+def fields(data: dict[str, Any] | Sequence[Any]) -> str:
+    """A record as aligned ``name  value`` lines (nested values inline).
+
+    >>> print(fields({"rule": "R1", "rule_sets": ["S1", "S2"], "action_context": {}}))
+    rule            R1
+    rule sets       S1, S2
+    action context  -
+    """
+    items = list(data.items() if isinstance(data, dict) else enumerate(data))
+    width = max((len(str(k)) for k, _ in items), default=0)
+    return "\n".join(f"{str(k).replace('_', ' '):<{width}}  {_inline(v)}".rstrip()
+                     for k, v in items)
+
+
+def _inline(v: Any) -> str:
+    if isinstance(v, dict):
+        return ", ".join(f"{k}={_inline(x)}" for k, x in v.items()) or "-"
+    if isinstance(v, list | tuple):
+        return ", ".join(_inline(x) for x in v) or "-"
+    if isinstance(v, bool):
+        return _bool(v)
+    return _text(v)
+
+
 def _plain(data: Any) -> Any:
     return json.loads(json.dumps(data, default=_default))
 
@@ -186,10 +210,10 @@ def emit(data: Any, output: str, columns: Sequence[Col] | None = None, *,
     elif output == "yaml":
         import yaml
 
-        click.echo(yaml.safe_dump(_plain(data), sort_keys=False).rstrip())
+        click.echo(yaml.safe_dump(_plain(data), sort_keys=False, allow_unicode=True,
+                                  width=1_000_000).rstrip())
     elif columns is None:
-        for key, value in (data.items() if isinstance(data, dict) else enumerate(data)):
-            click.echo(f"{key}: {_text(value)}")
+        click.echo(fields(data))
     elif not data:
         click.echo(empty)
     else:
