@@ -376,3 +376,71 @@ def add_message_propagation_rule(
     target = _target(reg, "propagation", streams_name, source_queue_name, inclusion_rule,
                      destination_queue_name)  # fmt: skip
     return _message(reg, target, message_type, rule_condition, inclusion_rule)
+
+
+@dataclass
+class RemoveResult:
+    """What a REMOVE_RULE call did: the rules taken out of a rule set, those dropped."""
+
+    client: Client
+    rule_set: RuleSet
+    positive: bool
+    removed: list[str]
+    dropped: list[str]
+
+
+def remove_rule(
+    reg: RuleRegistry,
+    rule_name: str | None,
+    streams_type: str,
+    streams_name: str,
+    *,
+    drop_unused_rule: bool = True,
+    inclusion_rule: bool = True,
+) -> RemoveResult:
+    """DBMS_STREAMS_ADM.REMOVE_RULE: take a rule out of a client's rule set.
+
+    ``rule_name=None`` removes every rule of the rule set (the rule set stays, empty).
+    With ``drop_unused_rule`` a removed rule that no rule set holds any more is dropped.
+    A refused call changes nothing.
+
+    >>> reg = RuleRegistry()
+    >>> added = add_table_rules(reg, "hr.locations", "apply", "ap", "q")
+    >>> res = remove_rule(reg, added.rules[0].name, "apply", "ap")
+    >>> res.removed == res.dropped == ["LOCATIONS2"], reg.rules, reg.rule_set("RULESET$_1").rules
+    (True, {}, [])
+
+    Raises:
+        RuleDefinitionError: the client is not defined or of another type, it has no
+            rule set on that side, or the rule is not in it.
+    """
+    client = reg.clients.get(streams_name)
+    if client is None:
+        known = ", ".join(sorted(reg.clients)) or "none"
+        raise RuleDefinitionError(f"client {streams_name} is not defined (defined: {known})")
+    wanted = Client(streams_name, streams_type).type
+    if client.type != wanted:
+        raise RuleDefinitionError(f"client {streams_name} is a {client.type} client, "
+                                  f"not a {wanted} client")
+    side = "positive" if inclusion_rule else "negative"
+    set_name = client.positive_rule_set if inclusion_rule else client.negative_rule_set
+    if set_name is None:
+        raise RuleDefinitionError(f"client {streams_name} has no {side} rule set")
+    rule_set = reg.rule_set(set_name)
+    held = [r.name for r in rule_set.rules]
+    if rule_name is None:
+        names = held
+    else:
+        match = [n for n in held if n == rule_name or n.upper() == rule_name.upper()]
+        if not match:
+            raise RuleDefinitionError(
+                f"rule {rule_name} is not in the {side} rule set {set_name} of {streams_name} "
+                f"(it holds: {', '.join(held) or 'no rules'})")
+        names = match
+    rule_set.rules = [r for r in rule_set.rules if r.name not in names]
+    rule_set.changed()
+    still_used = {r.name for rs in reg.rule_sets.values() for r in rs.rules}
+    dropped = [n for n in names if drop_unused_rule and n not in still_used]
+    for name in dropped:
+        del reg.rules[name]
+    return RemoveResult(client, rule_set, inclusion_rule, names, dropped)

@@ -1,7 +1,8 @@
 """Declarative rules: a YAML file of rules, rule sets and clients.
 
 The file is validated when it is loaded; every error names the file and the key
-path. The admin API writes the same declarations back (:func:`save_rules`).
+path. The admin API writes the same declarations back (:func:`save_rules`), as an
+edit of the file that keeps its comments and layout.
 
 .. code-block:: yaml
 
@@ -191,17 +192,42 @@ def registry_to_dict(reg: RuleRegistry) -> dict[str, Any]:
     return decl.model_dump(exclude_defaults=True)
 
 
-def save_rules(reg: RuleRegistry, path: str | os.PathLike[str]) -> None:
-    """Write a registry's declarations to a YAML file, atomically (write then rename)."""
-    import yaml
+def rules_text(reg: RuleRegistry, path: str | os.PathLike[str]) -> tuple[str, str]:
+    """The rules file's current text and its text holding ``reg``'s declarations.
+
+    The new text is an edit of the current one (:func:`changeflow.rules.yamledit.edit`):
+    comments, key order, quoting and indentation stay as the person wrote them.
+    """
+    from changeflow.rules.yamledit import edit
 
     target = Path(path)
+    old = target.read_text(encoding="utf-8") if target.exists() else ""
+    return old, edit(old, registry_to_dict(reg))
+
+
+def save_rules(reg: RuleRegistry, path: str | os.PathLike[str]) -> bool:
+    """Write a registry's declarations to a YAML file, keeping its comments and layout.
+
+    The file is replaced atomically (write, then rename), and only when its content
+    changes. Returns whether it was written.
+    """
+    old, text = rules_text(reg, path)
+    if old == text:
+        return False
+    write_atomically(path, text)
+    return True
+
+
+def write_atomically(path: str | os.PathLike[str], text: str) -> None:
+    """Replace a file's content: readers see the old file or the new one, never a part."""
+    target = Path(path)
     target.parent.mkdir(parents=True, exist_ok=True)
-    text = yaml.safe_dump(registry_to_dict(reg), sort_keys=False, width=1_000_000)
     fd, tmp = tempfile.mkstemp(dir=target.parent, prefix=f".{target.name}.", suffix=".tmp")
     try:
         with os.fdopen(fd, "w", encoding="utf-8") as fh:
             fh.write(text)
+        if target.exists():
+            os.chmod(tmp, target.stat().st_mode & 0o7777)
         os.replace(tmp, target)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)

@@ -8,9 +8,22 @@ from click.testing import CliRunner
 
 from changeflow.cli import main
 
+PIPELINE = """version: 1
+rules: rules.yaml
+sites:
+  s: {staging_root: s, target_root: t, state_url: "sqlite:///st.db", database: DBS1.EXAMPLE.COM}
+"""
+
+
+def pipeline(tmp_path: Path) -> str:
+    """A pipeline file whose ``rules:`` key names ``rules.yaml`` beside it."""
+    path = tmp_path / "pipeline.yaml"
+    path.write_text(PIPELINE)
+    return str(path)
+
 
 def test_add_table_rules_prints_the_seed_condition(tmp_path: Path) -> None:
-    cfg = str(tmp_path / "rules.yaml")
+    cfg = pipeline(tmp_path)
     result = CliRunner().invoke(main, [
         "rules", "add-table-rules", "--table", "hr.locations", "--streams-type", "apply",
         "--streams-name", "apply", "--queue", "strmadmin.streams_queue",
@@ -23,11 +36,11 @@ def test_add_table_rules_prints_the_seed_condition(tmp_path: Path) -> None:
         ":dml.is_null_tag() = 'Y' and :dml.get_source_database_name() = 'DBS1.EXAMPLE.COM' )"
     ) in result.output
     listed = CliRunner().invoke(main, ["rules", "list", "--config", cfg])
-    assert "LOCATIONS" in listed.output and "positive rule set RULESET$_1" in listed.output
+    assert "LOCATIONS" in listed.output and "RULESET$_1" in listed.output
 
 
 def test_subset_and_propagation_commands(tmp_path: Path) -> None:
-    cfg = str(tmp_path / "rules.yaml")
+    cfg = pipeline(tmp_path)
     runner = CliRunner()
     subset = runner.invoke(main, [
         "rules", "add-subset-rules", "--table", "hr.regions", "--dml-condition", "region_id=2",
@@ -54,7 +67,7 @@ def test_bad_input_exits_non_zero_with_position(tmp_path: Path) -> None:
     refused = runner.invoke(main, [
         "rules", "add-table-rules", "--table", "hr.t", "--streams-type", "apply",
         "--streams-name", "a", "--and-condition", ":dml.get_tag() IS NULL",
-        "--config", str(tmp_path / "r.yaml"),
+        "--config", pipeline(tmp_path),
     ])  # fmt: skip
     assert refused.exit_code == 1 and "must be :lcr" in refused.output
-    assert not (tmp_path / "r.yaml").exists()
+    assert not (tmp_path / "rules.yaml").exists()
