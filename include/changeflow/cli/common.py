@@ -25,7 +25,7 @@ class _ConfigOption(click.Option):
         try:
             return super().handle_parse_result(ctx, opts, args)
         except click.MissingParameter as exc:
-            exc.message = ("It names the pipeline file: pass --config FILE or set "
+            exc.message = ("It names the pipeline file: pass --config FILE or set "  # type: ignore[misc]
                            "CHANGEFLOW_CONFIG (the demo's is config/demo.yaml).")
             raise
         finally:

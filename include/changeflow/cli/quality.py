@@ -5,7 +5,8 @@ from __future__ import annotations
 import click
 
 from changeflow.cli import main
-from changeflow.cli.common import config_option, emit_json, json_option, load
+from changeflow.cli.common import config_option, load
+from changeflow.cli.output import Col, chosen, emit, output_option
 from changeflow.errors import ChangeflowError
 
 
@@ -29,27 +30,29 @@ def _latest(config_path: str) -> list[dict]:
     return out
 
 
+LATEST_COLUMNS = [
+    Col("stage"), Col("site"), Col("status"), Col("n_rows", "count", "rows"),
+    Col("created_at", "time", "when"), Col("failed_checks", header="failed checks", width=60),
+    Col("quarantine_path", header="quarantined at"),
+]
+
+
 @quality.command("latest")
 @config_option
-@json_option
-def latest(config_path: str, as_json: bool) -> None:
+@output_option
+def latest(config_path: str, output: str, as_json: bool) -> None:
     """One line per stage: its latest validation, status, failed checks, quarantine."""
     rows = _latest(config_path)
-    if as_json:
-        emit_json(rows)
-        return
-    if not rows:
-        click.echo("no validation results yet")
-        return
-    click.echo(f"{'stage':<32}{'site':<10}{'status':<8}{'rows':>10}  {'when':<20} failed checks")
     for r in rows:
-        failed = [f"{c['check']}{'' if c['blocking'] else ' (warn)'}"
-                  for c in r["checks"] if not c["success"]]
-        when = str(r["created_at"])[:19]
-        click.echo(f"{r['stage']:<32}{r['site']:<10}{r['status']:<8}{r['n_rows'] or 0:>10}  "
-                   f"{when:<20} {', '.join(failed) or '-'}")
-        if r["quarantine_path"]:
-            click.echo(f"{'':<32}quarantined at {r['quarantine_path']}")
+        r["failed_checks"] = ", ".join(
+            f"{c['check']}{'' if c['blocking'] else ' (warn)'}"
+            for c in r["checks"] if not c["success"])
+    fmt = chosen(output, as_json)
+    if fmt == "table" and not any(r["quarantine_path"] for r in rows):
+        columns = LATEST_COLUMNS[:-1]
+    else:
+        columns = LATEST_COLUMNS
+    emit(rows, fmt, columns, empty="no validation results yet")
 
 
 @quality.command("docs")
