@@ -1,8 +1,9 @@
 """Run the benchmarks and write bench-results.json (``make bench``).
 
-Usage: ``python -m bench [--size small|full] [--only NAME ...] [--out FILE]``.
+Usage: ``python -m bench [--size small|full] [--only NAME ...] [--out FILE] [--events FILE]``.
 Each benchmark reports a ratio against a baseline measured in the same run, because
-absolute times on a shared machine mean little.
+absolute times on a shared machine mean little. The JSON run events of the pipelines the
+benchmarks run go to ``bench-events.jsonl`` (``CHANGEFLOW_EVENTS``), not the terminal.
 """
 
 from __future__ import annotations
@@ -39,7 +40,10 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--size", choices=sorted(SIZES), default="full")
     p.add_argument("--only", nargs="*", choices=[s[0] for s in SUITES])
     p.add_argument("--out", default=str(ROOT / "bench-results.json"))
+    p.add_argument("--events", default=os.environ.get("CHANGEFLOW_EVENTS") or str(
+        ROOT / "bench-events.jsonl"), help="where run events go (a file, stderr or off)")
     args = p.parse_args(argv)
+    os.environ["CHANGEFLOW_EVENTS"] = args.events
     os.environ.setdefault("CHANGEFLOW_DRIVER_MEMORY", "8g")
     from changeflow.spark import get_session
 

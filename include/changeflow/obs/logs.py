@@ -1,10 +1,14 @@
 """Structured job logs: JSON lines with the component, run id, batch, counts and seconds.
 
-Every run of a capture, propagation or apply writes its *run events* (``start``,
-``progress``, ``end``, ``error``) as JSON lines on standard error, through the
-``changeflow.run`` logger (:func:`event`). With ``CHANGEFLOW_LOG_FORMAT=json`` every
-other log record of the job is a JSON line too, carrying the same run context
-(:func:`use_json_logs`).
+Every run of a capture, propagation or apply emits its *run events* (``start``,
+``progress``, ``end``, ``error``) as log records of the ``changeflow.events`` logger
+(:func:`event`), never on standard output, where they would mix with a command's or a
+benchmark's own output. Where they go is the ``CHANGEFLOW_EVENTS`` setting
+(:func:`events_logger`): JSON lines on standard error (``stderr``, the default), JSON
+lines appended to a file (a path), or nowhere (``off``). A program that configures the
+``changeflow.events`` logger itself (handlers of its own) keeps its configuration. With
+``CHANGEFLOW_LOG_FORMAT=json`` every other log record of the job is a JSON line too,
+carrying the same run context (:func:`use_json_logs`).
 
 >>> import io, json, logging
 >>> buf = io.StringIO()
@@ -24,13 +28,20 @@ import json
 import logging
 import os
 import sys
+import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
+from pathlib import Path
 from typing import Any
 
 _CONTEXT: contextvars.ContextVar[dict[str, Any] | None] = contextvars.ContextVar(
     "changeflow_run", default=None)
-RUN_LOGGER = "changeflow.run"
+#: the logger of run events
+EVENTS_LOGGER = "changeflow.events"
+RUN_LOGGER = EVENTS_LOGGER
+#: where run events go: ``stderr`` (default), ``off``, or a file path
+EVENTS_ENV = "CHANGEFLOW_EVENTS"
+_SETUP = threading.Lock()
 
 
 @contextmanager
@@ -83,22 +94,69 @@ class _StderrHandler(logging.StreamHandler):  # type: ignore[type-arg]
         pass
 
 
-def run_logger() -> logging.Logger:
-    """The ``changeflow.run`` logger, writing JSON lines to standard error (set up once)."""
-    log = logging.getLogger(RUN_LOGGER)
-    if not any(getattr(h, "_changeflow", False) for h in log.handlers):
+def events_destination() -> str:
+    """Where run events go: ``stderr``, ``off``, or a file path (``CHANGEFLOW_EVENTS``)."""
+    value = os.environ.get(EVENTS_ENV, "").strip()
+    if not value or value.lower() in ("stderr", "-"):
+        return "stderr"
+    if value.lower() in ("off", "none", "0", "false"):
+        return "off"
+    return str(Path(value).expanduser())
+
+
+def _handler(dest: str) -> logging.Handler:
+    """The handler of a destination: JSON lines on stderr, into a file, or none."""
+    if dest == "off":
+        handler: logging.Handler = logging.NullHandler()
+    elif dest == "stderr":
         handler = _StderrHandler()
-        handler.setFormatter(JsonFormatter())
-        handler._changeflow = True  # type: ignore[attr-defined]
-        log.addHandler(handler)
-        log.setLevel(logging.INFO)
+    else:
+        try:
+            Path(dest).parent.mkdir(parents=True, exist_ok=True)
+            handler = logging.FileHandler(dest, mode="a", encoding="utf-8")
+        except OSError as exc:  # events never fail a run: say so once, and use stderr
+            logging.getLogger(__name__).warning(
+                "run events: cannot write %s (%s=%s): %s; using standard error",
+                dest, EVENTS_ENV, os.environ.get(EVENTS_ENV), exc)
+            handler = _StderrHandler()
+    handler.setFormatter(JsonFormatter())
+    handler._changeflow = dest  # type: ignore[attr-defined]
+    return handler
+
+
+def events_logger() -> logging.Logger:
+    """The ``changeflow.events`` logger, with the handler ``CHANGEFLOW_EVENTS`` asks for.
+
+    Set up on first use, and again when ``CHANGEFLOW_EVENTS`` has changed since. The
+    logger does not propagate to the root logger (a command's or Airflow's handlers),
+    so an event is written once, where the setting says. Handlers someone else added
+    to the logger are left alone, and then none is added.
+    """
+    log = logging.getLogger(EVENTS_LOGGER)
+    ours = [h for h in log.handlers if getattr(h, "_changeflow", None) is not None]
+    if log.handlers and not ours:  # configured by the program (logging.config, ...)
+        return log
+    dest = events_destination()
+    if ours and all(h._changeflow == dest for h in ours):  # type: ignore[attr-defined]
+        return log
+    with _SETUP:
+        for h in [h for h in log.handlers if getattr(h, "_changeflow", None) is not None]:
+            log.removeHandler(h)
+            h.close()
+        log.addHandler(_handler(dest))
+        if log.level == logging.NOTSET:
+            log.setLevel(logging.INFO)
         log.propagate = False
     return log
 
 
+#: the name :func:`events_logger` had before run events were routed by CHANGEFLOW_EVENTS
+run_logger = events_logger
+
+
 def event(what: str, /, **fields: Any) -> None:
-    """Write one run event (``start``, ``progress``, ``end``, ``error``) as a JSON line."""
-    run_logger().info(what, extra={"fields": {"event": what, **fields}})
+    """Emit one run event (``start``, ``progress``, ``end``, ``error``) as a log record."""
+    events_logger().info(what, extra={"fields": {"event": what, **fields}})
 
 
 def use_json_logs(force: bool = False) -> bool:

@@ -60,8 +60,10 @@ def test_views_after_a_run(spark: Any, tmp_path: Path, capfd: Any, monkeypatch: 
     for kind, name in (("capture", "cap"), ("propagation", "prop"), ("apply", "app")):
         run_component(spark, cfg, kind, name)
 
-    events = [json.loads(line) for line in capfd.readouterr().err.splitlines()
+    out, err = capfd.readouterr()
+    events = [json.loads(line) for line in err.splitlines()
               if line.startswith("{") and '"event"' in line]
+    assert '"event"' not in out  # run events are logged, never mixed with standard output
     ends = {e["component"]: e for e in events if e["event"] == "end"}
     assert ends["capture:cap"]["messages"] == 4 and ends["propagation:prop"]["messages"] == 3
     assert ends["apply:app"]["status"] == "succeeded" and ends["apply:app"]["seconds"] > 0
