@@ -4,7 +4,8 @@ The target has the shape of hr.employees (12 columns) and ``2 * rows`` rows (ful
 10 million); each apply brings ``rows / 50`` UPDATE LCRs (full size: 100,000) spread
 over the whole table, carrying the key and the old value of the changed column (what
 Oracle's LCRs carry without extra supplemental logging), with the default
-configuration: quality checks on, conflict detection on.
+configuration: quality checks on, rules on (a positive rule set per apply), conflict
+detection on.
 
 * ``apply.changes``: one apply, as a ratio to a full rewrite of the target (read every
   file, write it again) in the same run. Target <= 0.2. A warm-up apply into a small
@@ -33,6 +34,7 @@ if TYPE_CHECKING:
 
 PIPELINE = """
 version: 1
+rules: rules.yaml
 sites:
   s2: {{staging_root: s2/staging, target_root: s2/targets, state_url: "sqlite:///s2/state.db", database: DBS2.EXAMPLE.COM}}
 queues:
@@ -43,6 +45,22 @@ applies:
   - {{name: a, queue: bench.dst@s2, buckets: {buckets}}}
   - {{name: off, queue: bench.off@s2, buckets: {buckets}, conflicts: {{detect: false}}}}
   - {{name: warm, queue: bench.warm@s2, buckets: {buckets}}}
+"""
+
+# The default configuration has rules on: every apply takes the source's untagged BENCH
+# changes (as the demo's apply clients take HR's).
+RULES = """
+rules:
+  BENCH_DML:
+    condition: ((:dml.get_object_owner() = 'BENCH') and :dml.is_null_tag() = 'Y'
+                and :dml.get_source_database_name() = 'DBS1.EXAMPLE.COM')
+    rule_type: SCHEMA
+rule_sets:
+  FROM_DBS1: {rules: [BENCH_DML]}
+clients:
+  a: {type: apply, queue: bench.dst, positive_rule_set: FROM_DBS1}
+  "off": {type: apply, queue: bench.off, positive_rule_set: FROM_DBS1}
+  warm: {type: apply, queue: bench.warm, positive_rule_set: FROM_DBS1}
 """
 
 # The apply target has the shape of hr.employees (12 columns of the seed's HR schema).
@@ -137,6 +155,7 @@ def _setup(spark: SparkSession, root: Path, n_rows: int) -> tuple[Any, Any, list
     from changeflow.sites import open_pipeline
 
     (root / "pipeline.yaml").write_text(PIPELINE.format(buckets=16))
+    (root / "rules.yaml").write_text(RULES)
     cfg = load_config(root / "pipeline.yaml")
     open_pipeline(cfg)
     catalog = target_catalog(cfg, cfg.applies[0])
@@ -160,9 +179,12 @@ def _enqueue(spark: SparkSession, cfg: Any, queue: str, df: DataFrame) -> None:
 def _apply(spark: SparkSession, cfg: Any, name: str, queue: str, df: DataFrame,
            n_changes: int) -> float:
     from changeflow.apply.engine import apply_once
+    from changeflow.clients import rule_filter
 
     _enqueue(spark, cfg, queue, df)
-    seconds, res = _timed(lambda: apply_once(spark, cfg, name))
+    rules = rule_filter(cfg, "apply", name)
+    assert rules is not None
+    seconds, res = _timed(lambda: apply_once(spark, cfg, name, rule_filter=rules))
     assert res.tables == {"bench.big": n_changes} and res.errors == 0, res
     return seconds
 

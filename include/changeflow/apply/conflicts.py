@@ -146,10 +146,18 @@ def detect(eff: DataFrame, current: DataFrame | None, table: TargetTable,
     from pyspark.sql import functions as F
 
     keys = table.key_columns
-    if current is None:
+    if current is None and not detect_conflicts:
         return eff.withColumn("_x_skip", F.lit(False)).withColumn(
             "_x_conflict", F.lit(None).cast("string")).withColumn("_x_bad", F.lit(False))
-    df = eff.join(current, keys, "left")
+    if current is None:  # a new table, or no file in the touched buckets: no row exists
+        nothing = F.lit(None)
+        df = eff.select("*", nothing.cast("boolean").alias("_c_exists"),
+                        nothing.cast("string").alias("_c_src"),
+                        nothing.cast("bigint").alias("_c_scn"),
+                        nothing.cast("bigint").alias("_c_pos"),
+                        *[F.when(F.lit(False), F.col(c)).alias(f"_c_{c}") for c in compare])
+    else:
+        df = eff.join(current, keys, "left")
     w = Window.partitionBy(*keys).orderBy(*[F.col(c) for c in ORDER])
     first = F.row_number().over(w) == 1
     kind = F.col("_e_kind")
@@ -228,7 +236,7 @@ def _fold_key(effects: list[dict[str, Any]], table: TargetTable, compare: list[s
               handlers: list[ConflictHandlerSpec], commit_times: dict[TxnId, Any],
               out: Folded) -> None:
     first = effects[0]
-    state = {"exists": bool(first.get("_c_exists")), "src": first.get("_c_src"),
+    state: dict[str, Any] = {"exists": bool(first.get("_c_exists")), "src": first.get("_c_src"),
              "scn": first.get("_c_scn"), "pos": first.get("_c_pos"),
              "values": {c: first.get(f"_c_{c}") for c in _known(table, compare, handlers)},
              "found": first.get("_c_scn") is not None}
@@ -289,7 +297,8 @@ def _one(e: dict[str, Any], state: dict[str, Any], table: TargetTable, compare: 
             return (f"uniqueness conflict: INSERT into {where}, but the key exists in the "
                     "target; no uniqueness conflict handler for the table")
         if h.method == "OVERWRITE" or (h.method in ("MAXIMUM", "MINIMUM") and _wins(
-                h.method, e.get(h.resolution_column), state["values"].get(h.resolution_column))):
+                h.method, e.get(h.resolution_column or ""),
+                state["values"].get(h.resolution_column or ""))):
             return dict(e), True
         return None
     if not state["exists"]:
@@ -328,7 +337,8 @@ def _update_conflict(e: dict[str, Any], state: dict[str, Any], table: TargetTabl
     for h in groups.values():
         members = h.columns or data
         lcr_wins = h.method == "OVERWRITE" or (h.method in ("MAXIMUM", "MINIMUM") and _wins(
-            h.method, e.get(h.resolution_column), state["values"].get(h.resolution_column)))
+            h.method, e.get(h.resolution_column or ""),
+            state["values"].get(h.resolution_column or "")))
         if e["_e_kind"] == "D":
             if h.method in ("MAXIMUM", "MINIMUM"):
                 return (f"update conflict: DELETE of {where}: {h.method} needs a new value of "

@@ -80,6 +80,8 @@ def logical_type(sql_type: str) -> tuple[str, str]:
 
     >>> logical_type("VARCHAR2(50)"), logical_type("timestamp with time zone")
     (('VARCHAR2', 'varchar(50)'), ('TIMESTAMP WITH TIME ZONE', 'timestamptz'))
+    >>> logical_type("NUMBER(4)"), logical_type("number(8,2)")
+    (('INTEGER', 'numeric(4)'), ('NUMBER', 'numeric(8,2)'))
 
     Raises:
         DdlError: a type changeflow does not map.
@@ -96,6 +98,8 @@ def logical_type(sql_type: str) -> tuple[str, str]:
                 pg = f"varchar({m.group(3)})"
             elif args and ltype == "NUMBER":
                 pg = f"numeric({m.group(3)}{',' + m.group(5) if m.group(5) else ''})"
+                if int(m.group(5) or 0) == 0 and int(m.group(3)) <= 18:
+                    ltype = "INTEGER"  # NUMBER(4): whole numbers, as captures send them
             return ltype, pg
     raise DdlError(f"column type {sql_type!r} is not supported (no LCR logical type for it)")
 

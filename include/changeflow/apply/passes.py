@@ -9,7 +9,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any
 
-from changeflow import fs, quality
+from changeflow import faults, fs, quality
 from changeflow import lcr as contract
 from changeflow.apply import enqueue as enq
 from changeflow.apply import errorq, positions, survey
@@ -85,9 +85,10 @@ class Pass:
         from pyspark.sql import functions as F
 
         to_apply, parts = enq.split(self.cfg, df, self.dests)
-        changes = self._persist(to_apply.where(F.col("kind").isin("ROW", "DDL")))
+        to_apply = self._persist(to_apply)
+        changes = to_apply.where(F.col("kind").isin("ROW", "DDL"))
         with self.step("survey"):
-            txns = survey.transactions(changes)
+            txns, n_users = survey.transactions(to_apply)
             with self.rt.store.read() as conn:
                 done = positions.done(conn, self.spec.name, [t.id for t in txns]) \
                     if self.reexec is None else set()
@@ -110,7 +111,8 @@ class Pass:
         with self.step("conflicts"):
             plans = self._tables(work, ddl)
         with self.step("messages"):
-            self._messages(to_apply.where(F.col("kind") == "USER") if complete else None)
+            if complete and n_users:
+                self._messages(to_apply.where(F.col("kind") == "USER"), n_users)
         applied = self._applied(segment)
         with self.step("write"):
             written = self._write(plans, set(self.failed) | self._cut)
@@ -178,12 +180,10 @@ class Pass:
         emitted = out.where(F.col(ERROR_COLUMN).isNull()).drop(ERROR_COLUMN)
         return self._persist(work.where(~handled).unionByName(emitted))
 
-    def _messages(self, users: DataFrame | None) -> None:
+    def _messages(self, users: DataFrame, n: int) -> None:
         """Hand the user messages to the message handler; failures go to the error queue."""
-        if users is None or not users.take(1):
-            return
         fails = run_messages(users, self.handlers, self.spec.name).collect()
-        self.result.user_messages += users.count()
+        self.result.user_messages += n
         for r in fails:
             row = r.asDict(recursive=True)
             key = f"msg:{row['msg_id']}"
@@ -234,14 +234,22 @@ class Pass:
         for plan in self.plans.values():
             plan.prepare(work)
         order = sorted(self.info)
+        plans = list(self.plans.values())
         for _ in range(len(order) + 1):
-            before = len(self.failed)
-            for plan in self.plans.values():
+            before = set(self.failed)
+            for plan in plans:
                 for f in plan.conflicts(set(self.failed), self.times).values():
                     self._fail(f)
             self._precommit([t for t in order if t not in self.failed])
-            if len(self.failed) == before:
+            new = set(self.failed) - before
+            if not new:
                 break
+            # Only tables the newly failed transactions touch can find anything new (a DML
+            # handler may move LCRs to other tables: then every table is looked at again).
+            touched = set().union(*(self.info[t].tables for t in new if t in self.info),
+                                  *(self.failed[t].tables for t in new))
+            plans = [p for p in self.plans.values() if p.table.name in touched
+                     or self.handlers.dml_tables()]
         self._stop_at_first_error(order)
         return list(self.plans.values())
 
@@ -269,10 +277,10 @@ class Pass:
         return TablePlan(
             self.spark, self.catalog, header, is_new, compare if cc.detect else [], handlers,
             cc.detect, cc.detect or self.cfg.quality.enabled,
-            shape.partial(header.column_names), cutoff=ddl.cutoff(name))
+            shape.partial(header.column_names), cutoff=ddl.cutoff(name), n_lcrs=shape.n)
 
     def _stop_at_first_error(self, order: list[TxnId]) -> None:
-        self._cut: set[TxnId] = set()
+        self._cut = set()
         if not (self.spec.errors.stop_on_error and self.failed):
             return
         first = min(self.failed)
@@ -351,6 +359,7 @@ class Pass:
                 applied: list[survey.TxnInfo], files: dict[str, tuple[str, int]],
                 ack: bool) -> None:
         replaced: list[str] = []
+        faults.point("apply.before_commit")
         with self.rt.store.begin() as conn:
             self.lease.check(conn)
             for w in written:
@@ -387,6 +396,7 @@ class Pass:
                 self.rt.catalog.ack(self._queue(), self._consumer(), self.batches[-1].seq,
                                     conn)
             positions.prune(conn, self.spec.name, self.spec.positions.history_days)
+        faults.point("apply.after_commit")
         for path in replaced:
             if path.endswith(".parquet") and "/_apply_errors/" in path:
                 errorq.delete_file(path)

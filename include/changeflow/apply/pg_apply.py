@@ -7,6 +7,7 @@ import logging
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from changeflow import faults
 from changeflow import lcr as contract
 from changeflow.apply import errorq, pg_resolve
 from changeflow.apply.config import ConflictHandlerSpec
@@ -379,6 +380,7 @@ class PgApplier:
     def _commit(self, ready: list[tuple[SourceTxn, list[Any]]], *, pipeline: bool) -> None:
         from contextlib import nullcontext
 
+        faults.point("apply.before_commit")
         with self.conn.transaction():
             self._begin(ready[-1][0])
             with self.conn.pipeline() if pipeline else nullcontext():
@@ -393,6 +395,7 @@ class PgApplier:
             if self.lease is not None:
                 self.lease.check()
             self._failing = None
+        faults.point("apply.after_commit")
 
     def _done(self, group: list[SourceTxn]) -> None:
         r = self.result

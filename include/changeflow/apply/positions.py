@@ -27,6 +27,7 @@ from __future__ import annotations
 import datetime as dt
 from collections.abc import Iterable
 from dataclasses import dataclass
+from typing import Any
 
 from sqlalchemy import and_, case, delete, func, select, update
 from sqlalchemy.engine import Connection
@@ -92,7 +93,7 @@ def record(conn: Connection, apply: str, txns: Iterable[tuple[TxnId, dt.datetime
            outcome: str = "applied") -> int:
     """Record transactions as done (``applied`` or ``error``); an entry already there is
     updated to the new outcome. Returns how many were recorded."""
-    rows = [{"apply": apply, "source_database": t.source, "commit_scn": t.scn,
+    rows: list[dict[str, Any]] = [{"apply": apply, "source_database": t.source, "commit_scn": t.scn,
              "transaction_id": t.txn, "commit_time": when, "outcome": outcome,
              "recorded_at": utcnow()} for t, when in txns]
     if not rows:

@@ -38,7 +38,8 @@ def _values(entries: Any) -> dict[str, dict[str, Any]]:
     if not entries:
         return {}
     if isinstance(entries, dict):
-        return {k: dict(v) if v is not None else v for k, v in entries.items()}
+        return {k: dict(v) if v is not None else v  # type: ignore[misc]
+                for k, v in entries.items()}
     return {k: dict(v) for k, v in entries}
 
 

@@ -122,8 +122,8 @@ def _parquet(spark: SparkSession, cfg: PipelineConfig, spec: ApplySpec, rt: Any,
         groups[-1].append((e, rows))
     touched: set[str] = set()
     for group in groups:
-        rows = [_spark_row(r) for _, rs in group for r in rs]
-        df = spark.createDataFrame(rows, contract.spark_schema())
+        data = [_spark_row(r) for _, rs in group for r in rs]
+        df = spark.createDataFrame(data, contract.spark_schema())
         step = Pass(spark, cfg, spec, rt, catalog, lease, handlers, [], None, [],
                     ApplyResult(spec.name), source=df,
                     reexec={e.txn_key: e for e, _ in group})

@@ -14,7 +14,7 @@ S = apply_status
 
 def record_run(store: StateStore, result: Any) -> None:
     """Record what a run did (an ApplyResult or PgApplyResult)."""
-    values = {
+    values: dict[str, Any] = {
         "last_run_at": utcnow(), "batches": int(getattr(result, "batches", 0)),
         "messages": int(getattr(result, "messages", 0)),
         "transactions": int(getattr(result, "transactions", 0)),

@@ -46,6 +46,7 @@ class TableShape:
     columns: list[tuple[str, str]] = field(default_factory=list)
     update_sets: list[set[str]] = field(default_factory=list)
     old_columns: set[str] = field(default_factory=set)
+    n: int = 0
 
     def partial(self, columns: list[str]) -> bool:
         """Whether some UPDATE lacks one of ``columns`` (the table's, after evolution)."""
@@ -62,28 +63,34 @@ def valid_command() -> Column:
             | ((kind == "DDL") & cmd.isin(*lcr.DDL_COMMANDS)))
 
 
-def transactions(changes: DataFrame) -> list[TxnInfo]:
-    """Per source transaction of ROW/DDL messages (see the module docstring)."""
+def transactions(messages: DataFrame) -> tuple[list[TxnInfo], int]:
+    """Per source transaction of the ROW/DDL messages (see the module docstring), and
+    how many user messages there are besides."""
     from pyspark.sql import functions as F
 
+    user = F.col("kind") == "USER"
     table = F.lower(F.concat_ws(".", "object_owner", "object_name"))
-    bad = F.when(~F.coalesce(valid_command(), F.lit(False)),
+    bad = F.when(~user & ~F.coalesce(valid_command(), F.lit(False)),
                  F.struct(F.col("position"), F.col("msg_id"), F.col("command_type"),
                           F.col("kind")))
-    rows = changes.groupBy("source_database_name", "commit_scn", "transaction_id").agg(
+    rows = messages.groupBy("source_database_name", "commit_scn", "transaction_id",
+                            user.alias("user")).agg(
         F.max("commit_time").alias("t"), F.count(F.lit(1)).alias("n"),
         F.collect_set(F.when(F.col("kind") == "ROW", table)).alias("tables"),
         F.max((F.col("kind") == "DDL").cast("int")).alias("ddl"),
         F.min(bad).alias("bad"),
     ).collect()
-    out = []
+    out, users = [], 0
     for r in rows:
+        if r.user:
+            users += int(r.n)
+            continue
         b = r.bad
         out.append(TxnInfo(
-            TxnId(r.source_database_name, int(r.commit_scn), r.transaction_id), r.t, int(r.n),
-            set(r.tables or []), bool(r.ddl),
+            TxnId(r.source_database_name, int(r.commit_scn or 0), r.transaction_id), r.t,
+            int(r.n), set(r.tables or []), bool(r.ddl),
             (int(b.position or 0), b.msg_id, b.command_type, b.kind) if b is not None else None))
-    return sorted(out, key=lambda t: (t.id.scn, t.id.source, t.id.txn))
+    return sorted(out, key=lambda t: (t.id.scn, t.id.source, t.id.txn)), users
 
 
 def tables(changes: DataFrame) -> dict[str, TableShape]:
@@ -101,6 +108,7 @@ def tables(changes: DataFrame) -> dict[str, TableShape]:
     for r in sorted(rows, key=lambda r: (r.object_owner, r.object_name)):
         name = f"{r.object_owner}.{r.object_name}".lower()
         shape = out.setdefault(name, TableShape(name))
+        shape.n += int(r.n)
         if not shape.key_columns and r.key_columns:
             shape.key_columns.extend(k.lower() for k in r.key_columns)
         known = {c for c, _ in shape.columns}

@@ -58,6 +58,7 @@ class TablePlan:
     lookup_needed: bool
     partial: bool
     cutoff: tuple[Any, ...] | None = None
+    n_lcrs: int = 0
     effects: DataFrame | None = None
     matched: DataFrame | None = None
     current: DataFrame | None = None
@@ -65,6 +66,7 @@ class TablePlan:
     resolved: int = 0
     skipped: int = 0
     folded: list[dict[str, Any]] = field(default_factory=list)
+    _detected: DataFrame | None = None
     _cached: list[DataFrame] = field(default_factory=list)
 
     def prepare(self, changes: DataFrame) -> None:
@@ -76,16 +78,22 @@ class TablePlan:
                              & (F.col("kind") == "ROW"))
         eff = images.effects(mine, self.table, self.compare, partial=self.partial)
         if self.cutoff is not None:  # a TRUNCATE or DROP TABLE: only what follows it counts
-            eff = eff.where(F.struct(*[F.col(c) for c in images.ORDER])
-                            > F.struct(*[F.lit(v) for v in self.cutoff]))
+            types = dict(eff.dtypes)  # the literals typed as the columns: struct order
+            eff = eff.where(F.struct(*[F.col(c) for c in images.ORDER]) > F.struct(
+                *[F.lit(v).cast(types[c]).alias(c) for c, v in zip(images.ORDER, self.cutoff,
+                                                                   strict=True)]))
             self.old_files = self.catalog.files(self.table.name)
         self.effects = self._cache(eff)
         if not self.lookup_needed or self.is_new or self.cutoff is not None:
             return
         keys = self._cache(self.effects.select(*self.table.key_columns).distinct())
-        touched = {r[0] for r in keys.select(
-            bucket_expr(self.table.key_columns, self.table.buckets)).distinct().collect()}
-        self.old_files = [f for f in self.catalog.files(self.table.name) if f.bucket in touched]
+        files = self.catalog.files(self.table.name)
+        if self.n_lcrs > 8 * self.table.buckets:  # every bucket is touched, all but surely
+            self.old_files = files
+        else:
+            touched = {r[0] for r in keys.select(
+                bucket_expr(self.table.key_columns, self.table.buckets)).distinct().collect()}
+            self.old_files = [f for f in files if f.bucket in touched]
         if not self.old_files:
             return
         needed = self.compare + [h.resolution_column for h in self.handlers
@@ -120,9 +128,13 @@ class TablePlan:
         assert self.effects is not None
         eff = without(self.effects, self.spark, failed,
                       names=("_e_src", "_e_scn", "_e_txn"))
+        if self._detected is not None:
+            self._detected.unpersist()
         self._detected = conflicts.detect(eff, self.current, self.table, self.compare,
-                                          detect_conflicts=self.detect)
-        if self.current is None:
+                                          detect_conflicts=self.detect).persist()
+        self._cached.append(self._detected)
+        assert self._detected is not None
+        if self.current is None and not self.detect:
             self.folded, self.resolved, self.skipped = [], 0, 0
             return {}
         odd = self._detected.where(F.col("_x_bad") | F.col("_x_skip"))
@@ -137,6 +149,7 @@ class TablePlan:
         """What to write: fast-path effects and folded ones, as images and tombstones."""
         from pyspark.sql import functions as F
 
+        assert self._detected is not None
         det = without(self._detected, self.spark, failed, names=("_e_src", "_e_scn", "_e_txn"))
         fast = det.where(~F.col("_x_bad") & ~F.col("_x_skip"))
         cols = [*self.table.column_names, *images.E_META]
@@ -155,6 +168,7 @@ class TablePlan:
         from pyspark.sql import functions as F
 
         keys = self.table.key_columns
+        assert self._detected is not None
         det = without(self._detected, self.spark, failed, names=("_e_src", "_e_scn", "_e_txn"))
         applied = det.where(~F.col("_x_bad") & ~F.col("_x_skip")).select(
             *keys, *images.ORDER, "_e_kind")

@@ -4,17 +4,19 @@
 delta files are written and before the manifests are committed. Its cost follows the
 changes, not the table: it reads only the new delta files and the rows of the
 changed keys that the apply already looked up (for conflict detection), never whole
-buckets. For every table it builds three small fact sets and validates a suite on
-each:
+buckets. Per table, one aggregate rolls the changed keys, as readers will see them
+after the commit (the looked-up images and the new deltas, resolved the way reads
+resolve them), up to one row, and the ``target_changes`` suite is validated on those
+rows in one GX call:
 
-* ``target_rows``: one row per changed key, as readers will see it after the commit
-  (the looked-up images and the new deltas, resolved the way reads resolve them):
-  key columns non-null, the key unique, and present or absent as the applied LCRs
-  say (``target_rows_as_applied``);
-* ``target_columns``: one row per declared column: the type written is the type
-  declared in the table's manifest;
-* ``target_counts``: one row per table: the recorded row count before, plus keys the
-  deltas add, minus keys they remove, equals the count the applied LCRs imply.
+* ``target_key_not_null``, ``target_key_unique``: key columns non-null, keys unique;
+* ``target_rows_as_applied``: each changed key present or absent as the applied LCRs
+  say;
+* ``target_column_types``: the type written is the type the manifest declares;
+* ``target_rows_reconcile``: the recorded row count before, plus keys the deltas add,
+  minus keys they remove, equals the count the applied LCRs imply.
+
+Offending keys are sampled only when a check fails.
 """
 
 from __future__ import annotations
@@ -23,7 +25,7 @@ import time
 import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from changeflow import lcr
 from changeflow.apply.target import META, FileEntry, TargetCatalog, TargetTable, resolve
@@ -71,8 +73,8 @@ def _after(spark: SparkSession, w: TargetWrite) -> DataFrame:
     return resolve(raw, keys, keep_deleted=True)
 
 
-def _row_facts(spark: SparkSession, w: TargetWrite) -> tuple[DataFrame, DataFrame]:
-    """(rows facts, one counts row) of one table."""
+def key_facts(spark: SparkSession, w: TargetWrite) -> DataFrame:
+    """One row per changed key: the key, and whether it passes each per-key check."""
     from pyspark.sql import Window
     from pyspark.sql import functions as F
 
@@ -83,54 +85,72 @@ def _row_facts(spark: SparkSession, w: TargetWrite) -> tuple[DataFrame, DataFram
     not_null = F.lit(True)
     for k in keys:
         not_null = not_null & F.col(k).isNotNull()
-    after_present = F.coalesce("_after", "before")
-    rows = facts.select(
+    after_present = F.coalesce("_after", "before", F.lit(False))
+    return facts.select(
         F.lit(w.table.name).alias("table_name"),
         F.to_json(F.struct(*[F.col(k) for k in keys])).alias("key"),
         not_null.alias("key_not_null"),
         (F.count(F.lit(1)).over(Window.partitionBy(*keys)) == 1).alias("key_unique"),
-        (after_present == F.coalesce("present", "before")).alias("as_applied"),
-        "before", F.col("present").alias("expected"), after_present.alias("after"),
-    ).persist()
-    n = rows.agg(
+        (after_present == F.coalesce("present", "before", F.lit(False))).alias("as_applied"),
+        F.coalesce("before", F.lit(False)).alias("before"),
+        F.coalesce("present", "before", F.lit(False)).alias("expected"),
+        after_present.alias("after"))
+
+
+def _column_types(spark: SparkSession, w: TargetWrite) -> list[dict[str, Any]]:
+    """Per declared column of a table: declared and written type."""
+    new = [f.path for f in w.files]
+    physical = {f.name: f.dataType.simpleString()
+                for f in spark.read.parquet(*new).schema.fields} if new else {}
+    out = []
+    for col, ltype in w.table.columns:
+        declared = lcr.spark_type(lcr.LOGICAL_TYPES[ltype].spark_type).simpleString()
+        got = physical.get(col, declared if not new else None)
+        out.append({"table_name": w.table.name, "column": col, "declared": declared,
+                    "written": got, "type_as_declared": got == declared})
+    return out
+
+
+def _rollup(spark: SparkSession, w: TargetWrite) -> tuple[dict[str, Any], DataFrame | None,
+                                                          list[dict[str, Any]]]:
+    """The table's row of the ``target_changes`` facts, its key facts and column types."""
+    from pyspark.sql import functions as F
+
+    types = _column_types(spark, w)
+    row: dict[str, Any] = {
+        "table_name": w.table.name, "keys": 0, "key_not_null_violations": 0,
+        "key_unique_violations": 0, "as_applied_violations": 0,
+        "column_type_violations": sum(not t["type_as_declared"] for t in types),
+        "rows_before": w.rows_before, "inserts": 0, "deletes": 0,
+        "rows_after": w.rows_before, "expected_after": w.rows_before}
+    if w.expected is None:
+        return row, None, types
+    facts = key_facts(spark, w)
+    bad = lambda c: F.sum((~F.col(c)).cast("long"))  # noqa: E731
+    n = facts.agg(
+        F.count(F.lit(1)).alias("keys"), bad("key_not_null").alias("nn"),
+        bad("key_unique").alias("uq"), bad("as_applied").alias("aa"),
         F.sum((F.col("after") & ~F.col("before")).cast("long")).alias("ins"),
         F.sum((~F.col("after") & F.col("before")).cast("long")).alias("dels"),
         F.sum((F.col("expected") & ~F.col("before")).cast("long")).alias("eins"),
         F.sum((~F.col("expected") & F.col("before")).cast("long")).alias("edels"),
     ).first()
-    ins, dels = int(n.ins or 0), int(n.dels or 0)  # type: ignore[union-attr]
-    eins, edels = int(n.eins or 0), int(n.edels or 0)  # type: ignore[union-attr]
+    assert n is not None
+    ins, dels = int(n.ins or 0), int(n.dels or 0)
     w.rows_after = w.rows_before + ins - dels
-    counts = spark.createDataFrame(
-        [(w.table.name, w.rows_before, ins, dels, w.rows_after,
-          w.rows_before + eins - edels)],
-        "table_name string, rows_before long, inserts long, deletes long, rows_after long, "
-        "expected_after long")
-    return rows.drop("before", "expected", "after"), counts
+    row.update(keys=int(n["keys"]), key_not_null_violations=int(n.nn or 0),
+               key_unique_violations=int(n.uq or 0), as_applied_violations=int(n.aa or 0),
+               inserts=ins, deletes=dels, rows_after=w.rows_after,
+               expected_after=w.rows_before + int(n.eins or 0) - int(n.edels or 0))
+    return row, facts, types
 
 
-def _column_facts(spark: SparkSession, writes: Sequence[TargetWrite]) -> DataFrame:
-    col_rows = []
-    for w in writes:
-        new = [f.path for f in w.files]
-        physical = {f.name: f.dataType.simpleString()
-                    for f in spark.read.parquet(*new).schema.fields} if new else {}
-        for col, ltype in w.table.columns:
-            declared = lcr.spark_type(lcr.LOGICAL_TYPES[ltype].spark_type).simpleString()
-            got = physical.get(col, declared if not new else None)
-            col_rows.append((w.table.name, col, declared, got, got == declared))
-    return spark.createDataFrame(col_rows, "table_name string, column string, declared string, "
-                                           "written string, type_as_declared boolean")
-
-
-def _facts(spark: SparkSession, writes: Sequence[TargetWrite]
-           ) -> tuple[DataFrame | None, DataFrame, DataFrame | None]:
-    from functools import reduce
-
-    parts = [_row_facts(spark, w) for w in writes if w.expected is not None]
-    rows = reduce(lambda a, b: a.unionByName(b), [p[0] for p in parts]) if parts else None
-    counts = reduce(lambda a, b: a.unionByName(b), [p[1] for p in parts]) if parts else None
-    return rows, _column_facts(spark, writes), counts
+_SCHEMA = ("table_name string, keys long, key_not_null_violations long, "
+           "key_unique_violations long, as_applied_violations long, "
+           "column_type_violations long, rows_before long, inserts long, deletes long, "
+           "rows_after long, expected_after long")
+_KEY_CHECKS = {"target_key_not_null": "key_not_null", "target_key_unique": "key_unique",
+               "target_rows_as_applied": "as_applied"}
 
 
 def check_target(
@@ -152,23 +172,15 @@ def check_target(
     policy = blocking_policy(cfg)
     subject = ",".join(w.table.name for w in writes)
     report = QualityReport(stage, subject, uuid.uuid4().hex, None)
-    rows, cols, cnts = _facts(spark, writes)
-    try:
-        report.n_rows = rows.count() if rows is not None else 0
-        for suite, df in (("target_rows", rows), ("target_columns", cols),
-                          ("target_counts", cnts)):
-            if df is None:
-                continue
-            run = validate(df, suite, blocking=policy)
-            for c in run.results:
-                if not c.success:
-                    bad = (df.where(f"NOT {c.kwargs['column']}") if "column" in c.kwargs
-                           else df.where(f"{c.kwargs['column_A']} <> {c.kwargs['column_B']}"))
-                    c.samples = [r.asDict() for r in bad.limit(cfg.quality.sample_rows).collect()]
-            report.runs.append(run)
-    finally:
-        if rows is not None:
-            rows.unpersist()
+    parts = [_rollup(spark, w) for w in writes]
+    rows = [p[0] for p in parts]
+    report.n_rows = sum(r["keys"] for r in rows)
+    run = validate(spark.createDataFrame([tuple(r.values()) for r in rows], _SCHEMA),
+                   "target_changes", blocking=policy)
+    for c in run.results:
+        if not c.success:
+            c.samples = _samples(c.check, parts, cfg.quality.sample_rows)
+    report.runs.append(run)
     report.seconds = time.monotonic() - started
     if report.status == "failed":
         report.quarantine_path = _quarantine(spark, catalog, writes, report)
@@ -182,6 +194,22 @@ def check_target(
         raise QualityError(report)
     log_warnings(report)
     return report
+
+
+def _samples(check: str, parts: list[tuple[dict[str, Any], DataFrame | None,
+                                          list[dict[str, Any]]]], k: int) -> list[dict[str, Any]]:
+    """Sample offenders of a failed check (keys, columns or the table's counts)."""
+    out: list[dict[str, Any]] = []
+    for row, facts, types in parts:
+        if check == "target_column_types":
+            out += [t for t in types if not t["type_as_declared"]]
+        elif check == "target_rows_reconcile" and row["rows_after"] != row["expected_after"]:
+            out.append({k2: row[k2] for k2 in ("table_name", "rows_before", "inserts",
+                                               "deletes", "rows_after", "expected_after")})
+        elif check in _KEY_CHECKS and facts is not None:
+            bad = facts.where(f"NOT {_KEY_CHECKS[check]}").limit(k).collect()
+            out += [r.asDict() for r in bad]
+    return out[:k]
 
 
 def _quarantine(spark: SparkSession, catalog: TargetCatalog, writes: Sequence[TargetWrite],

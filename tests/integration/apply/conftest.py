@@ -93,9 +93,16 @@ def enqueue(spark: Any) -> Callable[[PipelineConfig, list[dict[str, Any]]], None
     from changeflow.queues import io as qio
 
     def put(cfg: PipelineConfig, messages: list[dict[str, Any]], queue: str = QUEUE) -> None:
+        import pyarrow as pa
+        from pyspark.sql import functions as F
+
         rt, q = queue_site(cfg, queue)
-        df = spark.createDataFrame([tuple(m[n] for n in lcr.FIELD_NAMES) for m in messages],
-                                   lcr.spark_schema())
+        # Through Arrow, so value maps keep the order the source listed the columns in
+        # (as captured batches do); Python dicts through Spark's pickler become hash maps.
+        table = pa.Table.from_pylist([{n: m[n] for n in lcr.FIELD_NAMES} for m in messages],
+                                     schema=lcr.arrow_schema())
+        df = spark.createDataFrame(table).select(
+            *[F.col(f.name).cast(f.dataType) for f in lcr.spark_schema().fields])
         assert qio.enqueue(spark, rt.catalog, q, df, producer="test") is not None
 
     return put

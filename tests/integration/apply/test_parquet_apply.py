@@ -54,7 +54,8 @@ def test_update_without_unchanged_columns_keeps_them(spark, make_cfg, enqueue) -
     assert any(f.kind == "pdelta" for f in cat.files("hr.emp"))
     from changeflow.apply.target import compact
 
-    compact(spark, cat, "hr.emp", ratio=0.0)  # the partial image is resolved into the base
+    compact(spark, cat, "hr.emp", ratio=0.0, max_deltas=0)  # every bucket: the partial
+    # image is resolved into the base
     assert {f.kind for f in cat.files("hr.emp")} == {"base"}
     assert table_rows(spark, cfg) == [(1, 2, "x" * 1000)]
 
@@ -103,3 +104,35 @@ def test_old_positions_migrate_into_watermarks(tmp_path) -> None:  # type: ignor
         _v1(conn)
     with store.read() as conn:
         assert conn.execute(select(watermarks.c.commit_scn)).scalar() == 77
+
+
+def test_a_crash_at_either_side_of_the_commit_applies_exactly_once(
+        spark, make_cfg, enqueue, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    """The crash points ``apply.before_commit`` / ``apply.after_commit`` (the chaos suite
+    arms them with CHANGEFLOW_CRASH_AT); here the run dies there in-process."""
+    cfg = make_cfg(APPLY)
+    rt, q = queue_site(cfg, QUEUE)
+
+    def dies_at(point: str):  # type: ignore[no-untyped-def]
+        def die(name: str) -> None:
+            if name == point:
+                raise SystemExit(f"killed at {name}")
+        monkeypatch.setattr("changeflow.faults.point", die)
+
+    enqueue(cfg, [row("INSERT", new=vals(id=1, name="a"), txn="t1", scn=10)])
+    dies_at("apply.before_commit")
+    with pytest.raises(SystemExit):
+        apply_once(spark, cfg, "ap")
+    monkeypatch.undo()
+    assert target_catalog(cfg, cfg.applies[0]).get("hr.emp") is None  # nothing committed
+    assert rt.catalog.position(q, "apply:ap") == 0
+    assert apply_once(spark, cfg, "ap").transactions == 1  # the re-run applies it
+    enqueue(cfg, [row("UPDATE", new=vals(id=1, name="b"), old=vals(id=1, name="a"), txn="t2",
+                      scn=20)])
+    dies_at("apply.after_commit")
+    with pytest.raises(SystemExit):
+        apply_once(spark, cfg, "ap")
+    monkeypatch.undo()
+    res = apply_once(spark, cfg, "ap")  # committed with the queue position: nothing again
+    assert (res.transactions, res.errors, res.superseded) == (0, 0, 0)
+    assert table_rows(spark, cfg) == [(1, "b")]

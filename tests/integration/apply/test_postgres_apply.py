@@ -25,7 +25,7 @@ from changeflow.capture.postgres import run_pg_capture
 from changeflow.config import load_config
 from changeflow.errors import ConfigError
 from changeflow.queues import arrow_io
-from changeflow.sites import queue_site
+from changeflow.sites import open_pipeline, queue_site
 from changeflow.testing.pg_cluster import PG_BIN, PgCluster
 
 pytestmark = pytest.mark.postgres
@@ -66,10 +66,18 @@ def _setup(pg: PgCluster, tmp_path: Path, monkeypatch: Any, *, tables: str = "[p
           - name: topg
             queue: strm.q1@s1
             target: {{type: postgres, url_env: CF_ADST_{tag}}}
-    """) + textwrap.dedent(applies) + textwrap.dedent(tail)
-    body = body.replace("captures:\n", "captures:\n" + textwrap.dedent(captures), 1)
+    """) + _items(applies) + textwrap.dedent(tail)
+    body = body.replace("captures:\n", "captures:\n" + _items(captures), 1)
     (tmp_path / "p.yaml").write_text(body)
-    return load_config(tmp_path / "p.yaml"), src, dst
+    cfg = load_config(tmp_path / "p.yaml")
+    open_pipeline(cfg)
+    return cfg, src, dst
+
+
+def _items(text: str) -> str:
+    """More list items of a section whose items are indented by two spaces."""
+    text = textwrap.dedent(text).strip("\n")
+    return textwrap.indent(text, "  ") + "\n" if text else ""
 
 
 def _rows(pg: PgCluster, db: str, sql: str = "SELECT * FROM t ORDER BY 1") -> list[tuple]:

@@ -7,9 +7,10 @@ import os
 import pytest
 
 from changeflow import lcr
+from changeflow.apply import errorq
 from changeflow.apply.engine import apply_once, target_catalog
 from changeflow.capture.snapshot import run_capture
-from changeflow.errors import QueueDataError, QueueNotFoundError, SchemaMismatchError, TargetError
+from changeflow.errors import QueueDataError, QueueNotFoundError, SchemaMismatchError
 from changeflow.propagation import propagate_once
 from changeflow.queues import io as qio
 from changeflow.sites import queue_site
@@ -100,7 +101,8 @@ def test_snapshot_without_its_key_column(spark, pipeline, snapshot) -> None:  # 
 
 
 def test_target_key_column_missing(spark, pipeline) -> None:  # type: ignore[no-untyped-def]
-    """LCRs whose key column is not among the row's values: refused, target untouched."""
+    """LCRs whose key column is not among the row's values: the transaction goes to the
+    apply's error queue whole, with the reason; the target is untouched."""
     import datetime as dt
 
     rt, q = queue_site(pipeline, "strmadmin.streams_queue@site2")
@@ -113,8 +115,10 @@ def test_target_key_column_missing(spark, pipeline) -> None:  # type: ignore[no-
                key_columns=["REGION_ID"], new_values={"REGION_NAME": lcr.encode_value("Europe")})
     qio.enqueue(spark, rt.catalog, q, spark.createDataFrame([row], lcr.spark_schema()),
                 producer="test")
-    apply_once_pos = rt.catalog.position(q, "apply:ap") if rt.catalog.info(q).consumers else None
-    with pytest.raises(TargetError, match=r"hr.regions: key column 'region_id' is missing"):
-        apply_once(spark, pipeline, "ap")
+    res = apply_once(spark, pipeline, "ap")
+    assert (res.transactions, res.errors) == (0, 1)
     assert target_catalog(pipeline, pipeline.applies[0]).names() == []
-    assert rt.catalog.position(q, "apply:ap") == (apply_once_pos or 0)
+    [entry] = errorq.entries(rt.store, "ap")
+    assert entry.error_kind == "table" and entry.transaction_id == "t1"
+    assert "hr.regions: key column 'region_id' is missing" in entry.error_message
+    assert [m["msg_id"] for m in errorq.read_lcrs(entry).to_pylist()] == ["m1"]

@@ -16,16 +16,17 @@ def test_gx_validates_a_spark_dataframe_with_pinned_pyspark(spark) -> None:  # t
     import pyspark
 
     assert gx.__version__.startswith("1.") and pyspark.__version__.startswith("4.")
-    rows = spark.createDataFrame([("hr.t", "1", True, True), ("hr.t", "2", True, False),
-                                  ("hr.t", None, False, False)],
-                                 "table_name string, key string, key_not_null boolean, "
-                                 "key_unique boolean")
-    run = validator.validate(rows, "target_rows", blocking=lambda c: c != "target_key_unique")
+    from changeflow.quality.target import _SCHEMA
+
+    rows = spark.createDataFrame([("hr.t", 3, 1, 2, 0, 0, 5, 1, 0, 6, 6),
+                                  ("hr.u", 1, 0, 0, 0, 0, 2, 0, 0, 2, 3)], _SCHEMA)
+    run = validator.validate(rows, "target_changes", blocking=lambda c: c != "target_key_unique")
     by = {r.check: r for r in run.results}
     assert not run.success
     assert by["target_key_not_null"].unexpected_count == 1 and by["target_key_not_null"].blocking
     assert by["target_key_unique"].unexpected_count == 2 and not by["target_key_unique"].blocking
-    assert run.gx_result["suite_name"] == "target_rows"
+    assert by["target_rows_reconcile"].success is False and by["target_rows_as_applied"].success
+    assert run.gx_result["suite_name"] == "target_changes"
 
 
 def test_sum_expectations_report_the_violation_count(spark) -> None:  # type: ignore[no-untyped-def]
