@@ -342,7 +342,9 @@ def demo_shell(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Shell]:
     project, home = base / "project", base / "home"
     home.mkdir()
     _copy_project(project)
-    env = {"HOME": str(home), "PATH": STANDARD_PATH, "LANG": "C.UTF-8", "TMPDIR": str(base)}
+    # TMPDIR stays unset, as for a newcomer: the demo's PostgreSQL (run as user postgres)
+    # cannot enter pytest's private temporary directories.
+    env = {"HOME": str(home), "PATH": STANDARD_PATH, "LANG": "C.UTF-8"}
     demo = subprocess.run(
         ["scripts/env.sh", "bash", "scripts/demo.sh"], cwd=project, capture_output=True,
         text=True, timeout=1200, env={**env, "CHANGEFLOW_DEMO_ROUNDS": "0"})
