@@ -43,7 +43,7 @@ queues:
   - {{name: bench.warm, site: s2}}
 applies:
   - {{name: a, queue: bench.dst@s2, buckets: {buckets}}}
-  - {{name: off, queue: bench.off@s2, buckets: {buckets}, conflicts: {{detect: false}}}}
+  - {{name: nodetect, queue: bench.off@s2, buckets: {buckets}, conflicts: {{detect: false}}}}
   - {{name: warm, queue: bench.warm@s2, buckets: {buckets}}}
 """
 
@@ -59,7 +59,7 @@ rule_sets:
   FROM_DBS1: {rules: [BENCH_DML]}
 clients:
   a: {type: apply, queue: bench.dst, positive_rule_set: FROM_DBS1}
-  "off": {type: apply, queue: bench.off, positive_rule_set: FROM_DBS1}
+  nodetect: {type: apply, queue: bench.off, positive_rule_set: FROM_DBS1}
   warm: {type: apply, queue: bench.warm, positive_rule_set: FROM_DBS1}
 """
 
@@ -210,7 +210,7 @@ def run(spark: SparkSession, n_rows: int) -> list[dict]:
                 on.append(_apply(spark, cfg, "a", "bench.dst@s2",
                                  _changes(spark, rows, changes, r), changes))
             else:
-                off.append(_apply(spark, cfg, "off", "bench.off@s2",
+                off.append(_apply(spark, cfg, "nodetect", "bench.off@s2",
                                   _changes(spark, rows, changes, r), changes))
         changed = read_table(spark, catalog, "bench.big").where(
             "first_name like 'r18-%'").count()

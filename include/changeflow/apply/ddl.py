@@ -75,11 +75,17 @@ _TYPES: tuple[tuple[str, str, str], ...] = (
 )
 
 
+_PG_INTEGERS = {"smallint": "smallint", "int2": "smallint", "smallserial": "smallint",
+                "int": "integer", "integer": "integer", "int4": "integer", "serial": "integer"}
+
+
 def logical_type(sql_type: str) -> tuple[str, str]:
     """The LCR logical type and the PostgreSQL type of a SQL column type.
 
     >>> logical_type("VARCHAR2(50)"), logical_type("timestamp with time zone")
     (('VARCHAR2', 'varchar(50)'), ('TIMESTAMP WITH TIME ZONE', 'timestamptz'))
+    >>> logical_type("int"), logical_type("BIGINT")
+    (('INTEGER', 'integer'), ('INTEGER', 'bigint'))
     >>> logical_type("NUMBER(4)"), logical_type("number(8,2)")
     (('INTEGER', 'numeric(4)'), ('NUMBER', 'numeric(8,2)'))
 
@@ -96,6 +102,8 @@ def logical_type(sql_type: str) -> tuple[str, str]:
             if args and ltype == "VARCHAR2" and base not in ("text", "clob", "nclob", "uuid",
                                                               "json", "jsonb", "long"):
                 pg = f"varchar({m.group(3)})"
+            elif ltype == "INTEGER":
+                pg = _PG_INTEGERS.get(base, "bigint")
             elif args and ltype == "NUMBER":
                 pg = f"numeric({m.group(3)}{',' + m.group(5) if m.group(5) else ''})"
                 if int(m.group(5) or 0) == 0 and int(m.group(3)) <= 18:

@@ -119,7 +119,7 @@ def test_cli_lists_shows_and_deletes(spark, make_cfg, enqueue) -> None:  # type:
     assert out.exit_code != 0 and "no error 999" in out.output
     out = runner.invoke(main, ["apply", "conflict-handlers", "set", "--apply", "ap", "--config",
                                path, "--table", "hr.emp", "--method", "maximum", "--column",
-                               "bogus"])
+                               "bogus", "--resolution-column", "bogus"])
     assert out.exit_code != 0 and "'bogus' is not a column" in out.output
     out = runner.invoke(main, ["apply", "conflict-handlers", "set", "--apply", "ap", "--config",
                                path, "--table", "hr.emp", "--conflict", "delete", "--method",
