@@ -164,3 +164,38 @@ def test_every_action_goes_through_the_auth_manager(airflow: AirflowServer) -> N
                     expect=403)
     store = schedule_store(load_config(airflow.config), "p1")  # type: ignore[attr-defined]
     assert not store.require("p1").disabled  # nothing changed
+
+
+def test_row_actions_delete_apply_errors_and_refuse_what_is_missing(
+        airflow: AirflowServer) -> None:
+    from changeflow.apply import errorq
+    from changeflow.sites import queue_site
+
+    cfg = load_config(airflow.config)  # type: ignore[attr-defined]
+    rt, _ = queue_site(cfg, cfg.component("apply", "ap").queue)
+    with rt.store.begin() as conn:  # what an apply records when a transaction fails
+        entry_id, _ = errorq.record(conn, "ap", errorq.FailedTxn(
+            "DBS1.EXAMPLE.COM:tx9", "target", "check constraint violated",
+            source_database="DBS1.EXAMPLE.COM", transaction_id="tx9", commit_scn=42), None, 3)
+    sections = {s["id"]: s for s in airflow.api("GET", "/changeflow/api/sections")}
+    assert [a["name"] for a in sections["view-apply-errors"]["actions"]] == ["execute", "delete"]
+    rows = airflow.api("GET", "/changeflow/api/views/view-apply-errors?pipeline=b")["rows"]
+    assert [(r["apply"], r["id"]) for r in rows] == [("ap", entry_id)]
+
+    viewer = airflow.login("viewer")
+    url = "/changeflow/api/views/view-apply-errors/{}?pipeline=b"
+    airflow.api("POST", url.format("delete"), {"apply": "ap", "id": entry_id}, token=viewer,
+                expect=403)
+    missing = airflow.api("POST", url.format("execute"), {"apply": "ap", "id": entry_id + 99},
+                          expect=400)
+    assert f"no error {entry_id + 99}" in missing["detail"]
+    bad = airflow.api("POST", url.format("delete"), {"apply": "ap", "id": "x"}, expect=400)
+    assert "integer 'id'" in bad["detail"]
+    assert [e.id for e in errorq.entries(rt.store, "ap")] == [entry_id]  # nothing changed
+
+    done = airflow.api("POST", url.format("delete"), {"apply": "ap", "id": entry_id})
+    assert "deleted" in done["message"]
+    assert errorq.entries(rt.store, "ap") == []
+    rel = airflow.api("POST", "/changeflow/api/views/view-exceptions/release?pipeline=b",
+                      {"queue": "strmadmin.q@site2", "batch": 1}, expect=400)
+    assert "strmadmin.q" in rel["detail"]  # not quarantined (or not created yet): refused

@@ -3,7 +3,9 @@
 :func:`register_sections` adds every view to the page's registry
 (:mod:`changeflow.airflow.ui.registry`): each becomes a table the page fetches from
 ``/changeflow/api/views/<id>?pipeline=<name>`` and refreshes on its own, for the
-pipeline chosen in the page.
+pipeline chosen in the page. The apply error queue and the exception queue carry row
+actions (:mod:`changeflow.views.actions`): re-execute or delete an apply error, release
+a quarantined batch.
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ def register_sections(order: int = 100) -> list[str]:
     """Register one page section per view. Returns the section ids."""
     from changeflow.airflow.ui.registry import Column, register
     from changeflow.views import VIEWS
+    from changeflow.views.actions import row_actions
 
     ids = []
     for i, view in enumerate(VIEWS.values()):
@@ -23,6 +26,7 @@ def register_sections(order: int = 100) -> list[str]:
 
         cols = [Column(c[0], c[1], c[2] if len(c) > 2 else None) for c in view.columns]
         section = register(f"view-{view.name}", view.title, fetch, cols, order=order + i,
-                           description=f"Like Oracle's {view.oracle}.")
+                           description=f"Like Oracle's {view.oracle}.",
+                           actions=row_actions(view.name))
         ids.append(section.id)
     return ids

@@ -11,6 +11,9 @@ of it. Routes:
 - ``GET /changeflow/api/pipelines``, ``/api/sections``, ``/api/views/<section>?pipeline=``;
 - ``POST /changeflow/api/schedules/<propagation>/<action>?pipeline=`` with a JSON body
   (``enable``, ``disable``, ``alter``, ``trigger``, ``backfill``);
+- ``POST /changeflow/api/views/<section>/<action>?pipeline=`` a row action of a section
+  (re-execute or delete an apply error, release a quarantined batch) with the row's keys
+  as the JSON body; needs edit access to DAGs;
 - ``GET /changeflow/schedules.json?pipeline=`` the schedules, for scripts.
 """
 
@@ -169,6 +172,28 @@ def create_app() -> FastAPI:
         log.info("changeflow page: %s %s of %s by %s: %s", action, name, ref.name, who,
                  out["message"])
         return JSONResponse(_plain(out))
+
+    @app.post("/api/views/{section}/{action}")
+    def row_action(section: str, action: str, pipeline: str | None = None,
+                   body: dict[str, Any] = Body(default_factory=dict),  # noqa: B008
+                   user: Any = user_dep) -> JSONResponse:
+        from changeflow.airflow.ui import registry
+
+        try:
+            act = registry.get(section).action(action)
+        except KeyError as exc:
+            raise HTTPException(404, f"section {section!r} has no action {action!r}") from exc
+        _authorize(user, "PUT")
+        ref, cfg = _pipeline(pipeline)
+        who = getattr(user, "get_name", lambda: None)()
+        params = {k: body.get(k) for k in act.keys}
+        try:
+            message = act.run(cfg, params, ref.config)
+        except ChangeflowError as exc:
+            raise HTTPException(400, str(exc)) from exc
+        log.info("changeflow page: %s on %s %s of %s by %s: %s", action, section, params,
+                 ref.name, who, message)
+        return JSONResponse({"message": message})
 
     @app.get("/schedules.json")
     def schedules_json(pipeline: str | None = None, user: Any = user_dep) -> JSONResponse:

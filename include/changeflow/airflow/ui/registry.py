@@ -40,6 +40,32 @@ class Column:
 
 
 @dataclass(frozen=True)
+class RowAction:
+    """A button on each row of a section (e.g. re-execute an apply error).
+
+    Attributes:
+        name: the URL name (``POST /changeflow/api/views/<section>/<name>``).
+        label: the button's text.
+        run: ``run(cfg, params, config_path) -> message``; ``params`` holds the row's
+            values of ``keys``. Raises a ``ChangeflowError`` naming what is wrong.
+        keys: the row keys sent with the request.
+        when: show the button only on rows whose values equal these.
+        danger: a destructive action (the page asks for confirmation).
+    """
+
+    name: str
+    label: str
+    run: Callable[[Any, dict[str, Any], str], str]
+    keys: tuple[str, ...] = ()
+    when: dict[str, Any] = field(default_factory=dict)
+    danger: bool = False
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"name": self.name, "label": self.label, "keys": list(self.keys),
+                "when": self.when, "danger": self.danger}
+
+
+@dataclass(frozen=True)
 class Section:
     """One section of the page.
 
@@ -51,6 +77,7 @@ class Section:
         renderer: ``table`` (generic) or the name of a renderer in ``static/app.js``.
         order: sections are shown by ascending order.
         description: a line under the title.
+        actions: buttons on each row (:class:`RowAction`).
     """
 
     id: str
@@ -60,12 +87,25 @@ class Section:
     renderer: str = "table"
     order: int = 100
     description: str = ""
+    actions: Sequence[RowAction] = field(default_factory=tuple)
+
+    def action(self, name: str) -> RowAction:
+        """One of the section's row actions.
+
+        Raises:
+            KeyError: the section has no such action.
+        """
+        for a in self.actions:
+            if a.name == name:
+                return a
+        raise KeyError(name)
 
     def as_dict(self) -> dict[str, Any]:
         cols = [c.as_dict() if isinstance(c, Column) else Column(
             c.key, c.kind, getattr(c, "header", None)).as_dict() for c in self.columns]
         return {"id": self.id, "title": self.title, "renderer": self.renderer,
-                "order": self.order, "description": self.description, "columns": cols}
+                "order": self.order, "description": self.description, "columns": cols,
+                "actions": [a.as_dict() for a in self.actions]}
 
 
 _SECTIONS: dict[str, Section] = {}
@@ -73,7 +113,7 @@ _SECTIONS: dict[str, Section] = {}
 
 def register(id: str, title: str, fetch: Callable[[Any], Any],  # noqa: A002 (the URL name)
              columns: Sequence[Any] = (), *, renderer: str = "table", order: int = 100,
-             description: str = "") -> Section:
+             description: str = "", actions: Sequence[RowAction] = ()) -> Section:
     """Add (or replace) a section of the page. Returns it.
 
     Raises:
@@ -83,7 +123,8 @@ def register(id: str, title: str, fetch: Callable[[Any], Any],  # noqa: A002 (th
         if c.kind not in KINDS:
             raise ValueError(f"section {id}: column {c.key!r} has unknown kind {c.kind!r}; "
                              f"one of {', '.join(KINDS)}")
-    section = Section(id, title, fetch, tuple(columns), renderer, order, description)
+    section = Section(id, title, fetch, tuple(columns), renderer, order, description,
+                      tuple(actions))
     _SECTIONS[id] = section
     return section
 
@@ -110,7 +151,7 @@ def get(id: str) -> Section:  # noqa: A002
 
 
 def _builtin() -> None:
-    """The sections of the schedules area (registered on first use)."""
+    """The built-in sections: schedules, then the dictionary views (on first use)."""
     if "schedules" in _SECTIONS:
         return
     from changeflow.schedules import ui
@@ -121,3 +162,6 @@ def _builtin() -> None:
              ui.UNDELIVERABLE_COLUMNS, order=20,
              description="Messages an application error made undeliverable, moved to the "
                          "exception queue (seed 002).")
+    from changeflow.views.ui import register_sections
+
+    register_sections()  # the dictionary views (captures, applies, queues, rules, lag, ...)

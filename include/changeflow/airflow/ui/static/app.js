@@ -191,17 +191,41 @@ function renderSchedules(rows) {
 }
 
 // ---- generic table ----
-function renderTable(rows, columns) {
+async function rowAction(section, a, row, button) {
+  if (a.danger && !window.confirm(`${a.label}: ${a.keys.map((k) => `${k} ${row[k]}`).join(", ")}?`)) return;
+  button.disabled = true;
+  try {
+    const body = Object.fromEntries(a.keys.map((k) => [k, row[k]]));
+    const out = await api(`api/views/${encodeURIComponent(section.id)}/${encodeURIComponent(a.name)}?${q()}`, { method: "POST", body: JSON.stringify(body) });
+    flash(out.message);
+    showError("");
+    await refresh();
+  } catch (e) {
+    showError(`${a.label} failed: ${e.message}`);
+  } finally {
+    button.disabled = false;
+  }
+}
+function actionCell(section, row) {
+  const shown = (section.actions || []).filter((a) => Object.entries(a.when || {}).every(([k, v]) => row[k] === v));
+  return el("td", { class: "rowactions" }, shown.map((a) => {
+    const b = el("button", { class: a.danger ? "btn danger" : "btn ghost", "data-action": a.name }, a.label);
+    b.addEventListener("click", () => rowAction(section, a, row, b));
+    return b;
+  }));
+}
+function renderTable(rows, columns, section) {
   if (!Array.isArray(rows)) rows = rows ? [rows] : [];
   if (!rows.length) return el("p", { class: "empty" }, "(none)");
   const cols = columns.length ? columns : Object.keys(rows[0]).map((k) => ({ key: k, kind: "text", header: k }));
+  const acts = section && (section.actions || []).length;
   return el("div", { class: "tablewrap" }, el("table", {},
-    el("thead", {}, el("tr", {}, cols.map((c) => el("th", {}, c.header)))),
+    el("thead", {}, el("tr", {}, cols.map((c) => el("th", {}, c.header)), acts ? el("th", {}, "") : null)),
     el("tbody", {}, rows.map((r) => el("tr", {}, cols.map((c) => {
       const text = (FORMAT[c.kind] || FORMAT.text)(r[c.key]);
       if (c.kind === "state") return el("td", {}, el("span", { class: `badge ${text}` }, text));
       return el("td", { class: NUMERIC.has(c.kind) ? "num" : null }, text);
-    }))))));
+    }), acts ? actionCell(section, r) : null)))));
 }
 const RENDERERS = { schedules: (rows) => renderSchedules(rows), table: renderTable };
 
@@ -210,7 +234,7 @@ function render() {
   const main = document.getElementById("sections");
   main.replaceChildren(...state.sections.map((s) => {
     const body = s.error ? el("div", { class: "alertline" }, s.error)
-      : (RENDERERS[s.renderer] || renderTable)(s.rows || [], s.columns || []);
+      : (RENDERERS[s.renderer] || renderTable)(s.rows || [], s.columns || [], s);
     return el("section", { class: "card", "data-testid": `section-${s.id}` },
       el("div", { class: "section-head" }, el("h2", {}, s.title), s.description ? el("div", { class: "muted" }, s.description) : null),
       body);
