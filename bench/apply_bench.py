@@ -8,8 +8,8 @@ configuration: quality checks on, rules on (a positive rule set per apply), conf
 detection on.
 
 * ``apply.changes``: one apply, as a ratio to a full rewrite of the target (read every
-  file, write it again) in the same run. Target <= 0.2. A warm-up apply into a small
-  table comes first; the first (cold) apply's own ratio is reported as a figure too.
+  file, write it again) in the same run. Target <= 0.2. The first (cold) apply's own
+  ratio is reported as a figure too.
 * ``apply.repeated``: the mean of 10 consecutive applies (compactions included) over
   the rewrite. Target <= 0.25.
 * ``apply.conflict_detection``: the same applies with detection on over detection off
