@@ -45,9 +45,9 @@ DOMAINS: dict[str, str] = {
     "core": "changeflow.state.schema",
     "schedules": "changeflow.state.schema_schedules",
     "quality": "changeflow.state.schema_quality",
+    "obs": "changeflow.state.schema_obs",
     "apply": "changeflow.state.schema_apply",
     "mcq": "changeflow.state.schema_mcq",
-    "obs": "changeflow.state.schema_obs",
     "messaging": "changeflow.state.schema_messaging",
 }
 
