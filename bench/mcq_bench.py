@@ -210,6 +210,12 @@ def _entry(name: str, value: float, unit: str, baseline: float, target: str | No
             **({"note": "time ratio (lower is better)"} if time_ratio else {})}
 
 
+def _all_processed(store: StateStore) -> None:
+    with store.begin() as conn:
+        conn.execute(update(queue).where(queue.c.queue_name.isnot(None)).values(
+            queue_name=None, proc_date=utcnow()))
+
+
 def _store_suite(label: str, url: str, work: Path, p: dict[str, int],
                  plain_url: str | None, skip_locked: float, size: str) -> list[dict[str, Any]]:
     store = StateStore(url)
@@ -220,6 +226,7 @@ def _store_suite(label: str, url: str, work: Path, p: dict[str, int],
             _plain_sqlite(str(work / f"plain-{label}.db"), calls))
     out = [_entry(f"mcq log_update entries/s ({label})", rate, "entries_per_s", base, None,
                   calls=p["logs"], entries=entries, baseline_what="plain INSERT of the rows")]
+    _all_processed(store)  # the logged entries are another figure's: the queues start empty
     empty0 = _empty_poll(mcq, "Unity", p["polls"])
     _fill(store, "BEST", p["pending"], pending=True)
     ops = max(2000, p["polls"])
@@ -227,9 +234,7 @@ def _store_suite(label: str, url: str, work: Path, p: dict[str, int],
     out.append(_entry(f"mcq get+ack/s, {p['pending']:,} pending ({label})", rate, "per_s",
                       skip_locked, ">= 0.5 (PostgreSQL)", ops=ops,
                       baseline_what="plain PostgreSQL table, FOR UPDATE SKIP LOCKED"))
-    with store.begin() as conn:  # everything processed: the queues are empty again
-        conn.execute(update(queue).where(queue.c.queue_name.isnot(None)).values(
-            queue_name=None, proc_date=utcnow()))
+    _all_processed(store)  # everything processed: the queues are empty again
     _fill(store, "Unity", p["processed"], pending=False)
     emptyn = _empty_poll(mcq, "Unity", p["polls"])
     out.append(_entry(f"mcq empty poll, {p['processed']:,} processed vs 0 ({label})", emptyn,

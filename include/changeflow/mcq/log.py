@@ -51,6 +51,8 @@ _FANOUT = Q.insert().from_select(
     [*_FIELDS, "queue_name", "proc_name"],
     select(*(bindparam(f, type_=Q.c[f].type) for f in _FIELDS), _WHO.c.proc_name,
            _WHO.c.proc_name))
+#: the same fan-out reporting its rows (PostgreSQL's rowcount is -1 in autocommit)
+_FANOUT_COUNTED = _FANOUT.returning(Q.c.entry_number)
 _STACK = select(T.c.stack_date).where(T.c.tname == bindparam("t"), T.c.subtype == bindparam("s"))
 
 
@@ -164,7 +166,7 @@ class Logger:
             require_listener(conn, listener)
             conn.execute(Q.insert(), {**params, "queue_name": listener, "proc_name": listener})
             return 1
-        return int(conn.execute(_FANOUT, params).rowcount or 0)
+        return len(conn.execute(_FANOUT_COUNTED, params).all())
 
     def log(self, c: Change, *, listener: str | None = None,
             conn: Connection | None = None) -> int:
@@ -173,7 +175,7 @@ class Logger:
             return self.write(conn, c, listener)
         if listener is None and self._fresh(c):  # one statement: commits by itself
             with statement(self.store) as one:
-                return int(one.execute(_FANOUT, c.params()).rowcount or 0)
+                return len(one.execute(_FANOUT_COUNTED, c.params()).all())
         with self.store.begin() as own:
             return self.write(own, c, listener)
 

@@ -93,3 +93,10 @@ def test_holds_retries_and_bulk_lane_on_postgres(pg_mcq: MetaChangeQueue) -> Non
             hold_until=utcnow() - dt.timedelta(seconds=1)))
     again = mcq.get_changes("ADSI")
     assert (again.pkey_string, again.retry_count) == ("rt1", 1)
+
+
+def test_log_update_counts_its_entries_on_postgres(pg_mcq: MetaChangeQueue) -> None:
+    """The first call (registry checked) and later ones (one autocommit statement) alike."""
+    counts = [pg_mcq.log_update("PERSON", "Telephone", person_id=i) for i in range(3)]
+    assert counts == [2, 2, 2]  # LDAP and BEST
+    assert pg_mcq.log_update("LOGINS", pkey_string="finkej") == 2  # LDAP and ADSI
