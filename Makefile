@@ -7,7 +7,7 @@ ENV := $(ROOT)/scripts/env.sh
 STAMP := $(VENV)/.installed
 PYTHON ?= python3
 
-.PHONY: setup demo test test-fast bench chaos airflow lint typecheck render clean system-deps \
+.PHONY: setup demo test test-long test-fast bench chaos airflow lint typecheck render clean system-deps \
 	cluster demo-3site
 
 ## setup: system packages, the virtualenv with pinned requirements, the package itself
@@ -27,9 +27,13 @@ $(STAMP): requirements.txt pyproject.toml scripts/system-deps.sh
 demo: setup
 	$(ENV) bash scripts/demo.sh
 
-## test: the whole test suite
+## test: the test suite (CI); the two minutes-long end-to-end runs are in test-long
 test: setup
-	$(ENV) $(PY) -m pytest -q tests
+	$(ENV) $(PY) -m pytest -q tests -m "not long" --durations=40
+
+## test-long: the README/docs examples after a full demo, the demo DAG on a Spark cluster
+test-long: setup
+	$(ENV) $(PY) -m pytest -q tests -m long --durations=20
 
 test-fast: setup
 	$(ENV) $(PY) -m pytest -q tests -m "not slow and not airflow and not postgres"

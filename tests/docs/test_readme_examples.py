@@ -355,6 +355,7 @@ def demo_shell(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Shell]:
 
 
 @pytest.mark.slow
+@pytest.mark.long
 @pytest.mark.airflow
 @pytest.mark.parametrize("example", PARSED.examples, ids=[e.id for e in PARSED.examples])
 def test_documented_command_works(request: pytest.FixtureRequest, example: Example) -> None:

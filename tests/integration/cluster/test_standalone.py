@@ -29,6 +29,7 @@ def test_env_sh_passes_the_connection_a_user_set_unchanged() -> None:
 
 
 @pytest.mark.slow
+@pytest.mark.long
 @pytest.mark.airflow
 @pytest.mark.postgres
 @pytest.mark.spark
