@@ -67,8 +67,8 @@ def test_bad_config_file_is_named(tmp_path: Path) -> None:
 
 
 def test_job_entry_point_exit_codes(tmp_path: Path, pipeline, capsys) -> None:  # type: ignore[no-untyped-def]
-    from changeflow.runner import main as job_main
     from changeflow.errors import EXIT_TERMINAL
+    from changeflow.runner import main as job_main
 
     assert job_main("apply", ["--config", str(tmp_path / "absent.yaml"), "--name", "ap"]) == EXIT_TERMINAL
     assert "cannot read configuration" in capsys.readouterr().err

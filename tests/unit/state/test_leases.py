@@ -22,10 +22,10 @@ def store(tmp_path: Path) -> StateStore:
 
 
 def test_a_second_run_is_refused_with_the_holder_named(store: StateStore) -> None:
-    with Lease(store, "propagation:p", owner="host:1:airflow:aaaa"):
-        with pytest.raises(LeaseHeldError, match="propagation:p is already running in "
-                                                  "host:1:airflow:aaaa"):
-            Lease(store, "propagation:p", wait=0.3).acquire()
+    held = pytest.raises(LeaseHeldError,
+                         match="propagation:p is already running in host:1:airflow:aaaa")
+    with Lease(store, "propagation:p", owner="host:1:airflow:aaaa"), held:
+        Lease(store, "propagation:p", wait=0.3).acquire()
     # Released: the next run gets it.
     with Lease(store, "propagation:p") as lease:
         assert holder(store, "propagation:p")["owner"] == lease.owner
