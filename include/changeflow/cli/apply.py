@@ -162,8 +162,9 @@ def handlers_set(config_path: str, apply_name: str, table: str, method: str, con
 
     cfg = load(config_path)
     try:
-        spec = ConflictHandlerSpec(table=table, conflict=conflict, columns=list(columns),
-                                   method=method.upper(), resolution_column=resolution_column)
+        spec = ConflictHandlerSpec.model_validate({
+            "table": table, "conflict": conflict, "columns": list(columns),
+            "method": method.upper(), "resolution_column": resolution_column})
     except ValidationError as exc:
         raise click.ClickException(exc.errors()[0]["msg"]) from exc
     _run(_set, cfg, apply_name, spec, set_handler)
