@@ -475,18 +475,23 @@ class QueueCatalog:
         return int(value) if value is not None else None
 
     def purgeable(self, queue: str) -> list[Batch]:
-        """Batches every consumer has acknowledged: safe to delete."""
+        """Batches every consumer has acknowledged: safe to delete.
+
+        A queue's ``retention_time`` (seconds, AQ's ``RETENTION_TIME``) keeps acknowledged
+        batches until they are that old, so they can still be re-read (a rewound
+        consumer, an audit).
+        """
         queue = queue.lower()
         with self.store.read() as c:
             low = c.execute(select(func.min(C.c.position)).where(C.c.queue == queue)).scalar()
             if low is None:
                 return []
-            rows = c.execute(
-                select(B)
-                .where(B.c.queue == queue, B.c.seq <= low, B.c.path != "", B.c.state == READY)
-                .order_by(B.c.seq)
-            )
-            return [_batch(r) for r in rows]
+            keep = c.execute(select(Q.c.retention_time).where(Q.c.name == queue)).scalar()
+            stmt = select(B).where(B.c.queue == queue, B.c.seq <= low, B.c.path != "",
+                                   B.c.state == READY)
+            if keep:
+                stmt = stmt.where(B.c.created_at <= utcnow() - dt.timedelta(seconds=keep))
+            return [_batch(r) for r in c.execute(stmt.order_by(B.c.seq))]
 
     def forget(self, batches: list[Batch]) -> None:
         """Remove purged batches from the catalog (after their files are deleted).

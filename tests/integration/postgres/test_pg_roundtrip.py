@@ -118,6 +118,7 @@ def test_reapply_is_harmless_and_restart_rereads(pg: Any, workdir: Path, pipelin
     pg.sql(src, "UPDATE typed SET i8 = id * 2 WHERE id <= 10")
     run_pg_capture(None, cfg, "cap")
     rt, queue = queue_site(cfg, "strm.q1@s1")
+    rt.catalog.alter_queue(queue, retention_time=3600)  # acknowledged batches stay an hour
     first = apply_pg_once(None, cfg, "topg")
     assert first.changes == 60
     # Re-deliver everything: rewind the apply's queue position.
