@@ -21,12 +21,19 @@ def events_logger_as_found() -> Iterator[None]:
     """Each test starts with an unconfigured events logger and leaves it as it found it."""
     log = logging.getLogger(logs.EVENTS_LOGGER)
     saved = (list(log.handlers), log.level, log.propagate)
+    # an earlier test's dictConfig (Airflow's, in-process) may have disabled existing
+    # loggers or logging as a whole: these tests are about this logger alone
+    was_disabled, disabled_level = log.disabled, logging.root.manager.disable
+    log.disabled = False
+    logging.disable(logging.NOTSET)
     for h in saved[0]:
         log.removeHandler(h)
     log.setLevel(logging.NOTSET)
     try:
         yield
     finally:
+        log.disabled = was_disabled
+        logging.disable(disabled_level)
         for h in list(log.handlers):
             log.removeHandler(h)
             if h not in saved[0]:
