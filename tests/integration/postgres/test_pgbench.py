@@ -106,6 +106,9 @@ def _compare(pg: Any, spark: Any, cfg: Any, src: str, dst: str) -> None:
             assert expected, f"{table} is empty: the workload did not run"
 
 
+@pytest.mark.xfail(strict=True, reason="known bug (issue 13): the Parquet apply leaves "
+                   "pgbench_accounts empty after pgbench -i's TRUNCATE and COPY in one "
+                   "transaction (the TRUNCATE cutoff); the PostgreSQL target matches")
 def test_pgbench_end_to_end_and_capture_killed(
     pg: Any, spark: Any, workdir: Path, pipeline_file: Any, monkeypatch: Any
 ) -> None:
