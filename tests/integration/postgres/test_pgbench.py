@@ -108,7 +108,8 @@ def _compare(pg: Any, spark: Any, cfg: Any, src: str, dst: str) -> None:
 
 @pytest.mark.xfail(strict=True, reason="known bug (issue 13): the Parquet apply leaves "
                    "pgbench_accounts empty after pgbench -i's TRUNCATE and COPY in one "
-                   "transaction (the TRUNCATE cutoff); the PostgreSQL target matches")
+                   "transaction (suspected: the TRUNCATE cutoff); the PostgreSQL target "
+                   "matches")
 def test_pgbench_end_to_end_and_capture_killed(
     pg: Any, spark: Any, workdir: Path, pipeline_file: Any, monkeypatch: Any
 ) -> None:
