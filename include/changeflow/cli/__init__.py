@@ -20,11 +20,13 @@ from typing import Any
 
 import click
 
+from changeflow.obs.logs import _StderrHandler as FollowingStderr
+
 #: ``ctx.meta`` key (shared by every context of one invocation): ``--verbose`` given
 VERBOSE = "changeflow.verbose"
 
 
-class _StderrHandler(logging.StreamHandler):  # type: ignore[type-arg]
+class _StderrHandler(FollowingStderr):
     """Log records to whatever ``sys.stderr`` is when they are emitted.
 
     A command run in-process (click's ``CliRunner``, a test) swaps ``sys.stderr`` for
@@ -35,14 +37,6 @@ class _StderrHandler(logging.StreamHandler):  # type: ignore[type-arg]
     def __init__(self) -> None:
         super().__init__(sys.stderr)
         self.setFormatter(logging.Formatter("%(levelname)s %(name)s: %(message)s"))
-
-    @property  # type: ignore[override]
-    def stream(self) -> Any:
-        return sys.stderr
-
-    @stream.setter
-    def stream(self, value: Any) -> None:
-        pass
 
 
 def setup_logging(verbose: bool) -> Callable[[], None]:
