@@ -16,6 +16,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from changeflow.obs import logs
+
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame
 
@@ -36,7 +38,9 @@ class Pending:
     polarity: dict[str, str] = field(default_factory=dict)
 
 
-_PENDING: dict[tuple[str, str], list[Pending]] = {}
+# keyed by (kind, client, run id): only a recorded run (one with a run id in its log
+# context, see :mod:`.runs`) collects its counts, and never another run's
+_PENDING: dict[tuple[str, str, str], list[Pending]] = {}
 _LOCK = threading.Lock()
 
 
@@ -53,6 +57,9 @@ def observed(kind: str, client: str, pair: RuleSetPair, inner: Filter) -> Filter
     counted = rules if len(rules) <= MAX_RULES else []
 
     def run(df: DataFrame) -> DataFrame:
+        run_id = logs.current().get("run_id")
+        if run_id is None:  # not a recorded run: nobody would collect the counts
+            return inner(df)
         obs = Observation(f"rules_{uuid.uuid4().hex}")
         exprs = [F.count(F.lit(1)).alias("evaluated")]
         names = []
@@ -64,21 +71,22 @@ def observed(kind: str, client: str, pair: RuleSetPair, inner: Filter) -> Filter
             exprs.append(F.sum(F.when(cond, 1).otherwise(0)).alias(f"r{i}"))
             names.append((set_name, rule.name, pol))
         with _LOCK:
-            _PENDING.setdefault((kind, client), []).append(
+            _PENDING.setdefault((kind, client, str(run_id)), []).append(
                 Pending(kind, client, obs, names))  # type: ignore[arg-type]
         return inner(df.observe(obs, *exprs))
 
     return run
 
 
-def collect(kind: str, client: str, timeout: float = 3.0) -> list[dict[str, Any]] | None:
-    """The counts of the client's observed filters since the last call (None: none ran).
+def collect(kind: str, client: str, run_id: str,
+            timeout: float = 3.0) -> list[dict[str, Any]] | None:
+    """The counts of the client's observed filters in run ``run_id`` (None: none ran).
 
     An observation whose action never ran (the run failed first) is dropped after
     ``timeout`` seconds.
     """
     with _LOCK:
-        pending = _PENDING.pop((kind, client), [])
+        pending = _PENDING.pop((kind, client, run_id), [])
     if not pending:
         return None
     totals: dict[tuple[str, str, str], int] = {}

@@ -236,7 +236,7 @@ def _record_lag(rec: Recorder) -> None:
 
 
 def _record_rule_stats(rec: Recorder) -> None:
-    stats = rulestats.collect(rec.kind, rec.name)
+    stats = rulestats.collect(rec.kind, rec.name, rec.run_id)
     if stats is None:
         return
     S = schema_obs.rule_stats

@@ -29,6 +29,10 @@ def events_logger_as_found() -> Iterator[None]:
     for h in saved[0]:
         log.removeHandler(h)
     log.setLevel(logging.NOTSET)
+    # pytest attaches its capture handlers to every non-propagating logger when a
+    # test's call phase starts: an earlier run left this one non-propagating, so
+    # without this the test would begin with foreign handlers on it
+    log.propagate = True
     try:
         yield
     finally:
