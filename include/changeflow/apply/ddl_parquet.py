@@ -112,6 +112,14 @@ class DdlPlan:
         """Tables the pass's DDL touches."""
         return sorted(self.ops)
 
+    def dropped(self, name: str) -> bool:
+        """Whether the pass's DDL leaves a table dropped (its last DROP TABLE is not
+        followed by a CREATE TABLE). A TRUNCATE drops nothing, even of a table the
+        target does not have yet."""
+        last = [op.op for _, _, op in self.ops.get(name, [])
+                if op.op in ("create_table", "drop_table")]
+        return bool(last) and last[-1] == "drop_table"
+
     def cutoff(self, name: str) -> Order | None:
         """The position of the table's last TRUNCATE or DROP TABLE in this pass."""
         cuts = [o for o, _, op in self.ops.get(name, []) if op.op in ("truncate", "drop_table")]
@@ -165,7 +173,9 @@ class DdlPlan:
 
     def _evolve(self, name: str, current: TargetTable | None, shape: TableShape,
                 buckets: int) -> TargetTable | None:
-        if current is None and not self.ops.get(name):
+        if current is None and not self.dropped(name):
+            # Not there yet (a TRUNCATE of it, if any, had nothing to empty): the
+            # LCRs create it, as they do without DDL.
             return self.catalog.evolve(name, shape.key_columns, shape.columns, buckets)
         if current is None:
             raise TargetError(f"target table {name} was dropped earlier in its transaction")
