@@ -42,14 +42,14 @@ def site_option(f: Any) -> Any:
     return click.option("--site", help="site of the queues (default: the only one)")(f)
 
 
-def _site(cfg: PipelineConfig, ref: str | None, site: str | None) -> tuple[Any, str]:
+def site_and_queue(cfg: PipelineConfig, ref: str | None, site: str | None) -> tuple[Any, str]:
     """The site runtime and bare queue name of ``owner.name[@site]``."""
     name, _, at = (ref or "").partition("@")
     _, rt = site_of(cfg, at or site)
     return rt, name.lower()
 
 
-def _cfg(config_path: str) -> PipelineConfig:
+def open_cfg(config_path: str) -> PipelineConfig:
     cfg = load(config_path)
     setup(cfg)
     return cfg
@@ -78,7 +78,7 @@ def create_queue_table(name: str, payload_type: str, sort_order: str,
                        multiple_consumers: bool, message_grouping: str, secure: bool,
                        comment: str | None, site: str | None, config_path: str) -> None:
     """Create queue table NAME and its exception queue."""
-    rt, qt = _site(_cfg(config_path), name, site)
+    rt, qt = site_and_queue(open_cfg(config_path), name, site)
     admin.create_queue_table(rt, qt, payload_type, sort_list=sort_order,
                              multiple_consumers=multiple_consumers,
                              message_grouping=message_grouping, secure=secure, comment=comment)
@@ -92,7 +92,7 @@ def create_queue_table(name: str, payload_type: str, sort_order: str,
 @config_option
 def alter_queue_table(name: str, comment: str, site: str | None, config_path: str) -> None:
     """Change the comment of queue table NAME."""
-    rt, qt = _site(_cfg(config_path), name, site)
+    rt, qt = site_and_queue(open_cfg(config_path), name, site)
     admin.alter_queue_table(rt, qt, comment=comment)
     click.echo(f"queue table {qt} altered")
 
@@ -104,7 +104,7 @@ def alter_queue_table(name: str, comment: str, site: str | None, config_path: st
 @config_option
 def drop_queue_table(name: str, force: bool, site: str | None, config_path: str) -> None:
     """Drop queue table NAME (refused while it has queues, unless --force)."""
-    rt, qt = _site(_cfg(config_path), name, site)
+    rt, qt = site_and_queue(open_cfg(config_path), name, site)
     dropped = admin.drop_queue_table(rt, qt, force=force)
     click.echo(f"queue table {qt} dropped" + (f" with {', '.join(dropped)}" if dropped else ""))
 
@@ -115,7 +115,7 @@ def drop_queue_table(name: str, force: bool, site: str | None, config_path: str)
 @output_option
 def list_queue_tables(site: str | None, config_path: str, output: str, as_json: bool) -> None:
     """Queue tables and their properties."""
-    rt, _ = _site(_cfg(config_path), None, site)
+    rt, _ = site_and_queue(open_cfg(config_path), None, site)
     emit(views.queue_tables(rt.store), chosen(output, as_json),
          [Col("queue_table"), Col("payload_type", header="payload"), Col("sort_order"),
           Col("multiple_consumers", "bool", "multi"), Col("message_grouping", header="grouping"),
@@ -143,7 +143,7 @@ def create_queue(name: str, queue_table: str, max_retries: int | None,
                  retry_delay: float | None, retention_time: float | None, comment: str | None,
                  start: bool, site: str | None, config_path: str) -> None:
     """Create queue NAME in a queue table (stopped unless --start)."""
-    rt, q = _site(_cfg(config_path), name, site)
+    rt, q = site_and_queue(open_cfg(config_path), name, site)
     admin.create_queue(rt, q, queue_table.partition("@")[0],
                        max_retries=5 if max_retries is None else max_retries,
                        retry_delay=retry_delay or 0.0, retention_time=retention_time or 0.0,
@@ -161,7 +161,7 @@ def alter_queue(name: str, max_retries: int | None, retry_delay: float | None,
                 retention_time: float | None, comment: str | None, site: str | None,
                 config_path: str) -> None:
     """Change max retries, retry delay, retention time or comment of queue NAME."""
-    rt, q = _site(_cfg(config_path), name, site)
+    rt, q = site_and_queue(open_cfg(config_path), name, site)
     admin.alter_queue(rt, q, max_retries=max_retries, retry_delay=retry_delay,
                       retention_time=retention_time, comment=comment)
     click.echo(f"queue {q} altered")
@@ -180,7 +180,7 @@ def _switches(f: Any) -> Any:
 def start_queue(name: str, enqueue: bool, dequeue: bool, site: str | None,
                 config_path: str) -> None:
     """Enable enqueue and/or dequeue on queue NAME."""
-    rt, q = _site(_cfg(config_path), name, site)
+    rt, q = site_and_queue(open_cfg(config_path), name, site)
     admin.start_queue(rt, q, enqueue=enqueue, dequeue=dequeue)
     click.echo(f"queue {q} started")
 
@@ -193,7 +193,7 @@ def start_queue(name: str, enqueue: bool, dequeue: bool, site: str | None,
 def stop_queue(name: str, enqueue: bool, dequeue: bool, site: str | None,
                config_path: str) -> None:
     """Disable enqueue and/or dequeue on queue NAME."""
-    rt, q = _site(_cfg(config_path), name, site)
+    rt, q = site_and_queue(open_cfg(config_path), name, site)
     admin.stop_queue(rt, q, enqueue=enqueue, dequeue=dequeue)
     click.echo(f"queue {q} stopped")
 
@@ -205,7 +205,7 @@ def stop_queue(name: str, enqueue: bool, dequeue: bool, site: str | None,
 @config_option
 def drop_queue(name: str, force: bool, site: str | None, config_path: str) -> None:
     """Drop queue NAME (refused while it holds messages, unless --force)."""
-    rt, q = _site(_cfg(config_path), name, site)
+    rt, q = site_and_queue(open_cfg(config_path), name, site)
     admin.drop_queue(rt, q, force=force)
     click.echo(f"queue {q} dropped (it stays dropped until created again)")
 
@@ -218,7 +218,7 @@ def drop_queue(name: str, force: bool, site: str | None, config_path: str) -> No
 def list_queues(name: str | None, site: str | None, config_path: str, output: str,
                 as_json: bool) -> None:
     """Queues with their depth per state (READY, WAITING, PROCESSED, EXPIRED, UNDELIVERABLE)."""
-    rt, q = _site(_cfg(config_path), name, site)
+    rt, q = site_and_queue(open_cfg(config_path), name, site)
     rows = views.queues(rt.store, q or None)
     if name and not rows:
         raise click.ClickException(f"unknown queue {name!r}")
@@ -237,7 +237,7 @@ def list_queues(name: str | None, site: str | None, config_path: str, output: st
 def list_messages(queue: str, state: str | None, consumer: str | None, limit: int,
                   site: str | None, config_path: str, output: str, as_json: bool) -> None:
     """Messages of QUEUE (one line per recipient), in the queue's order."""
-    rt, q = _site(_cfg(config_path), queue, site)
+    rt, q = site_and_queue(open_cfg(config_path), queue, site)
     emit(views.messages(rt.store, q, state=state, consumer=consumer, limit=limit),
          chosen(output, as_json), MESSAGE_COLUMNS)
 
@@ -259,7 +259,7 @@ def create_type(name: str, fields: tuple[str, ...], comment: str | None, site: s
         if not sep:
             raise click.BadParameter(f"{item!r} must be NAME:TYPE", param_hint="--field")
         pairs.append((fname.strip(), ftype.strip()))
-    rt, _ = _site(_cfg(config_path), None, site)
+    rt, _ = site_and_queue(open_cfg(config_path), None, site)
     t = admin.create_type(rt, name, pairs, comment=comment)
     click.echo(f"type {t.name} created ({len(t.fields)} fields)")
 
@@ -270,7 +270,7 @@ def create_type(name: str, fields: tuple[str, ...], comment: str | None, site: s
 @config_option
 def drop_type(name: str, site: str | None, config_path: str) -> None:
     """Drop object type NAME (refused while in use)."""
-    rt, _ = _site(_cfg(config_path), None, site)
+    rt, _ = site_and_queue(open_cfg(config_path), None, site)
     admin.drop_type(rt, name)
     click.echo(f"type {name.upper()} dropped")
 
@@ -281,7 +281,7 @@ def drop_type(name: str, site: str | None, config_path: str) -> None:
 @output_option
 def list_types(site: str | None, config_path: str, output: str, as_json: bool) -> None:
     """Declared object types (RAW, SYS.ANYDATA, JMS and row LCR types are built in)."""
-    rt, _ = _site(_cfg(config_path), None, site)
+    rt, _ = site_and_queue(open_cfg(config_path), None, site)
     emit(views.types(rt.store), chosen(output, as_json),
          [Col("type"), Col("kind"), Col("fields", width=80)])
 
@@ -337,8 +337,8 @@ def enqueue(queue: str, payload: str | None, file: str | None, array: bool,
     from changeflow.messaging import jsonio
     from changeflow.messaging.model import MessageProperties
 
-    cfg = _cfg(config_path)
-    rt, q = _site(cfg, queue, site)
+    cfg = open_cfg(config_path)
+    rt, q = site_and_queue(cfg, queue, site)
     values = _read_payloads(payload, file, array)
     if msg_id and len(values) > 1:
         raise click.UsageError("--msg-id names one message; leave it out with --array")
@@ -381,8 +381,8 @@ def dequeue(queue: str, consumer: str | None, mode: str, navigation: str, wait: 
     """Dequeue (or browse) up to --max messages from QUEUE, and commit."""
     from changeflow.messaging import jsonio
 
-    cfg = _cfg(config_path)
-    rt, q = _site(cfg, queue, site)
+    cfg = open_cfg(config_path)
+    rt, q = site_and_queue(cfg, queue, site)
     with _session(cfg, rt, user) as s:
         msgs = s.dequeue_array(q, max_messages, consumer=consumer, mode=mode,
                                navigation=navigation, wait=wait, correlation=correlation,
@@ -396,206 +396,3 @@ def dequeue(queue: str, consumer: str | None, mode: str, navigation: str, wait: 
     emit(rows, fmt, [Col("msg_id"), Col("consumer"), Col("priority", "count"),
                      Col("correlation"), Col("attempts", "count"), Col("payload", width=70)],
          empty="(no message)")
-
-
-# -- subscribers ---------------------------------------------------------------------------
-@aq.group("subscribers")
-def subscribers() -> None:
-    """Subscribers of multi-consumer queues (local, or remote: owner.queue@site)."""
-
-
-@subscribers.command("list")
-@click.argument("queue", required=False)
-@site_option
-@config_option
-@output_option
-def list_subscribers(queue: str | None, site: str | None, config_path: str, output: str,
-                     as_json: bool) -> None:
-    """Subscribers of QUEUE (or of every queue), with the messages waiting for each."""
-    rt, q = _site(_cfg(config_path), queue, site)
-    emit(views.subscribers(rt.store, q or None), chosen(output, as_json), SUBSCRIBER_COLUMNS)
-
-
-@subscribers.command("add")
-@click.argument("queue")
-@click.argument("name", required=False)
-@click.option("--address", help="owner.queue@site of a remote subscriber")
-@click.option("--rule", help="e.g. \"tab.user_data.region = 'WEST'\" or \"priority = 1\"")
-@site_option
-@config_option
-def add_subscriber(queue: str, name: str | None, address: str | None, rule: str | None,
-                   site: str | None, config_path: str) -> None:
-    """Subscribe NAME (an agent; may be left out for a remote queue) to QUEUE."""
-    rt, q = _site(_cfg(config_path), queue, site)
-    admin.add_subscriber(rt, q, name, address=address, rule=rule, created_by="cli")
-    click.echo(f"subscriber {name or ''}{'@' + address if address else ''} added to {q}")
-
-
-@subscribers.command("remove")
-@click.argument("queue")
-@click.argument("name", required=False)
-@click.option("--address")
-@site_option
-@config_option
-def remove_subscriber(queue: str, name: str | None, address: str | None, site: str | None,
-                      config_path: str) -> None:
-    """Unsubscribe NAME from QUEUE (its waiting messages are removed)."""
-    rt, q = _site(_cfg(config_path), queue, site)
-    n = admin.remove_subscriber(rt, q, name, address=address)
-    click.echo(f"subscriber removed from {q} ({n} waiting messages removed)")
-
-
-# -- access ----------------------------------------------------------------------------------
-@aq.command("grant")
-@click.argument("privilege", type=click.Choice(["enqueue", "dequeue", "all"],
-                                               case_sensitive=False))
-@click.argument("queue")
-@click.argument("grantee")
-@site_option
-@config_option
-def grant(privilege: str, queue: str, grantee: str, site: str | None, config_path: str) -> None:
-    """Grant PRIVILEGE on QUEUE (* for every queue) to user GRANTEE."""
-    rt, q = _site(_cfg(config_path), None if queue == "*" else queue, site)
-    admin.grant_queue_privilege(rt, privilege, q or "*", grantee, granted_by="cli")
-    click.echo(f"{privilege.upper()} on {q or '*'} granted to {grantee.upper()}")
-
-
-@aq.command("revoke")
-@click.argument("privilege", type=click.Choice(["enqueue", "dequeue", "all"],
-                                               case_sensitive=False))
-@click.argument("queue")
-@click.argument("grantee")
-@site_option
-@config_option
-def revoke(privilege: str, queue: str, grantee: str, site: str | None, config_path: str) -> None:
-    """Revoke PRIVILEGE on QUEUE from GRANTEE."""
-    rt, q = _site(_cfg(config_path), None if queue == "*" else queue, site)
-    n = admin.revoke_queue_privilege(rt, privilege, q or "*", grantee)
-    click.echo(f"{n} privileges revoked")
-
-
-@aq.command("enable-db-access")
-@click.argument("agent")
-@click.argument("user")
-@site_option
-@config_option
-def enable_db_access(agent: str, user: str, site: str | None, config_path: str) -> None:
-    """Let USER act as AGENT on secure queues."""
-    rt, _ = _site(_cfg(config_path), None, site)
-    admin.enable_db_access(rt, agent, user)
-    click.echo(f"{user.upper()} may act as agent {agent.upper()}")
-
-
-@aq.command("disable-db-access")
-@click.argument("agent")
-@click.argument("user")
-@site_option
-@config_option
-def disable_db_access(agent: str, user: str, site: str | None, config_path: str) -> None:
-    """Stop USER acting as AGENT."""
-    rt, _ = _site(_cfg(config_path), None, site)
-    admin.disable_db_access(rt, agent, user)
-    click.echo(f"{user.upper()} no longer acts as agent {agent.upper()}")
-
-
-@aq.command("privileges")
-@click.argument("queue", required=False)
-@site_option
-@config_option
-@output_option
-def list_privileges(queue: str | None, site: str | None, config_path: str, output: str,
-                    as_json: bool) -> None:
-    """Queue privileges and the agents each user may act as."""
-    rt, q = _site(_cfg(config_path), queue, site)
-    fmt = chosen(output, as_json)
-    grants = views.privileges(rt.store, q or None)
-    if fmt != "table":
-        emit({"privileges": grants, "agents": views.agents(rt.store)}, fmt)
-        return
-    emit(grants, fmt, [Col("queue"), Col("grantee"), Col("privilege"), Col("granted_by")])
-    click.echo("")
-    emit(views.agents(rt.store), fmt, [Col("agent"), Col("user")], empty="(no agents)")
-
-
-# -- the exception queue and the time manager -------------------------------------------------
-@aq.group("exceptions")
-def exceptions() -> None:
-    """The exception queue: EXPIRED and UNDELIVERABLE messages; re-enqueue or delete them."""
-
-
-@exceptions.command("list")
-@click.argument("queue")
-@click.option("--limit", default=100, show_default=True, type=click.IntRange(1))
-@site_option
-@config_option
-@output_option
-def list_exceptions(queue: str, limit: int, site: str | None, config_path: str, output: str,
-                    as_json: bool) -> None:
-    """Messages in the exception queue of QUEUE (or in exception queue QUEUE)."""
-    rt, q = _site(_cfg(config_path), queue, site)
-    emit(views.exception_messages(rt.store, q, limit=limit), chosen(output, as_json),
-         MESSAGE_COLUMNS)
-
-
-def _exception_ids(msg_ids: tuple[str, ...], all_: bool) -> list[str] | None:
-    if bool(msg_ids) == all_:
-        raise click.UsageError("name the messages (MSG_ID ...) or give --all")
-    return None if all_ else list(msg_ids)
-
-
-@exceptions.command("requeue")
-@click.argument("queue")
-@click.argument("msg_ids", nargs=-1)
-@click.option("--all", "all_", is_flag=True, help="every message of the exception queue")
-@site_option
-@config_option
-def requeue(queue: str, msg_ids: tuple[str, ...], all_: bool, site: str | None,
-            config_path: str) -> None:
-    """Put messages of exception queue QUEUE back into their original queue, READY."""
-    rt, q = _site(_cfg(config_path), queue, site)
-    n = admin.requeue(rt, q, _exception_ids(msg_ids, all_))
-    click.echo(f"{n} messages re-enqueued")
-
-
-@exceptions.command("delete")
-@click.argument("queue")
-@click.argument("msg_ids", nargs=-1)
-@click.option("--all", "all_", is_flag=True, help="every message of the exception queue")
-@site_option
-@config_option
-def delete_exceptions(queue: str, msg_ids: tuple[str, ...], all_: bool, site: str | None,
-                      config_path: str) -> None:
-    """Delete messages from exception queue QUEUE."""
-    rt, q = _site(_cfg(config_path), queue, site)
-    n = admin.delete_exceptions(rt, q, _exception_ids(msg_ids, all_))
-    click.echo(f"{n} messages deleted")
-
-
-@aq.command("time-manager")
-@click.option("--once", is_flag=True, help="one pass, then exit")
-@click.option("--interval", default=1.0, show_default=True, type=click.FloatRange(0.05),
-              help="seconds between passes")
-@config_option
-@output_option
-def time_manager(once: bool, interval: float, config_path: str, output: str,
-                 as_json: bool) -> None:
-    """Run the time manager (delays, expiration, lapsed locks, retention) on every site."""
-    from changeflow.messaging import timemanager
-    from changeflow.sites import site
-
-    cfg = _cfg(config_path)
-    stores = [site(cfg, name).store for name in cfg.sites]
-    if once:
-        rows = [{"site": name, **timemanager.run_once(s).as_dict()}
-                for name, s in zip(cfg.sites, stores, strict=True)]
-        emit(rows, chosen(output, as_json), [Col("site"), Col("ready", "count"),
-                                             Col("expired", "count"),
-                                             Col("rolled_back", "count", "rolled back"),
-                                             Col("exceeded", "count"), Col("purged", "count")])
-        return
-    click.echo(f"time manager running every {interval:g} s on {', '.join(cfg.sites)} "
-               "(Ctrl-C stops it)")
-    try:
-        timemanager.run_forever(stores, interval)
-    except KeyboardInterrupt:
-        click.echo("stopped")
