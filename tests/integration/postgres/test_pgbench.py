@@ -22,6 +22,7 @@ from typing import Any
 
 import pytest
 
+from changeflow.apply import errorq
 from changeflow.apply.engine import apply_once, target_catalog
 from changeflow.apply.postgres import apply_pg_once
 from changeflow.apply.target import read_table
@@ -35,7 +36,7 @@ pytestmark = [pytest.mark.postgres, pytest.mark.spark, pytest.mark.slow]
 
 TABLES = {"pgbench_accounts": "aid", "pgbench_branches": "bid", "pgbench_tellers": "tid",
           "pgbench_history": "hid"}
-SECONDS = int(os.environ.get("CHANGEFLOW_PGBENCH_SECONDS", "20"))
+SECONDS = int(os.environ.get("CHANGEFLOW_PGBENCH_SECONDS", "10"))
 
 CAPTURE_SCRIPT = (
     "import sys, logging; logging.basicConfig(level=logging.INFO);"
@@ -89,7 +90,10 @@ def _drain_and_apply(spark: Any, cfg: Any) -> None:
     propagate_once(spark, cfg, "p12")
     applied = apply_pg_once(None, cfg, "topg")
     assert applied.errors == 0
-    apply_once(spark, cfg, "toparquet")
+    result = apply_once(spark, cfg, "toparquet")
+    rt, _ = queue_site(cfg, "strm.aq@s2")
+    failed = [f"{e.error_kind}: {e.error_message}" for e in errorq.entries(rt.store)]
+    assert result.errors == 0 and not failed, f"the Parquet apply failed: {failed[:3]}"
 
 
 def _compare(pg: Any, spark: Any, cfg: Any, src: str, dst: str) -> None:
@@ -106,10 +110,6 @@ def _compare(pg: Any, spark: Any, cfg: Any, src: str, dst: str) -> None:
             assert expected, f"{table} is empty: the workload did not run"
 
 
-@pytest.mark.xfail(strict=True, reason="known bug (issue 13): the Parquet apply leaves "
-                   "pgbench_accounts empty after pgbench -i's TRUNCATE and COPY in one "
-                   "transaction (suspected: the TRUNCATE cutoff); the PostgreSQL target "
-                   "matches")
 def test_pgbench_end_to_end_and_capture_killed(
     pg: Any, spark: Any, workdir: Path, pipeline_file: Any, monkeypatch: Any
 ) -> None:
