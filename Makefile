@@ -31,7 +31,7 @@ demo: setup
 test: setup
 	$(ENV) $(PY) -m pytest -q tests -m "not long" --durations=40
 
-## test-long: the README/docs examples after a full demo, the demo DAG on a Spark cluster
+## test-long: the README/docs examples after a full demo, the demo DAG on a Spark cluster, pgbench
 test-long: setup
 	$(ENV) $(PY) -m pytest -q tests -m long --durations=20
 

@@ -32,7 +32,10 @@ from changeflow.propagation import propagate_once
 from changeflow.queues import arrow_io
 from changeflow.sites import queue_site
 
-pytestmark = [pytest.mark.postgres, pytest.mark.spark, pytest.mark.slow]
+# long: several minutes of Spark passes over pgbench's 100,000 accounts (make test-long runs
+# it; tests/integration/postgres/test_truncate_apply.py keeps the TRUNCATE + reload case in
+# make test)
+pytestmark = [pytest.mark.postgres, pytest.mark.spark, pytest.mark.slow, pytest.mark.long]
 
 TABLES = {"pgbench_accounts": "aid", "pgbench_branches": "bid", "pgbench_tellers": "tid",
           "pgbench_history": "hid"}
