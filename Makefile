@@ -27,7 +27,7 @@ $(STAMP): requirements.txt pyproject.toml scripts/system-deps.sh
 demo: setup
 	$(ENV) bash scripts/demo.sh
 
-## test: the test suite (CI); the two minutes-long end-to-end runs are in test-long
+## test: the test suite (CI); the three minutes-long end-to-end runs are in test-long
 test: setup
 	$(ENV) $(PY) -m pytest -q tests -m "not long" --durations=40
 
