@@ -27,9 +27,11 @@ $(STAMP): requirements.txt pyproject.toml scripts/system-deps.sh
 demo: setup
 	$(ENV) bash scripts/demo.sh
 
-## test: the test suite (CI); the three minutes-long end-to-end runs are in test-long
+## test: the test suite (CI), in TEST_WORKERS processes (a test file stays in one; most
+## tests wait on subprocesses, servers and schedulers); the three long runs are in test-long
+TEST_WORKERS ?= 2
 test: setup
-	$(ENV) $(PY) -m pytest -q tests -m "not long" --durations=40
+	$(ENV) $(PY) -m pytest -q tests -m "not long" -n $(TEST_WORKERS) --dist loadfile --durations=40
 
 ## test-long: the README/docs examples after a full demo, the demo DAG on a Spark cluster, pgbench
 test-long: setup
