@@ -31,7 +31,7 @@ demo: setup
 ## tests wait on subprocesses, servers and schedulers); the three long runs are in test-long
 TEST_WORKERS ?= 2
 test: setup
-	$(ENV) $(PY) -m pytest -q tests -m "not long" -n $(TEST_WORKERS) --dist loadfile --durations=40
+	$(ENV) $(PY) -m pytest -q tests -m "not long" -n $(TEST_WORKERS) --dist loadfile --no-loadscope-reorder --durations=40
 
 ## test-long: the README/docs examples after a full demo, the demo DAG on a Spark cluster, pgbench
 test-long: setup
