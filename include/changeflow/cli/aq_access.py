@@ -6,6 +6,8 @@ the same ``aq`` group.
 
 from __future__ import annotations
 
+from typing import Any
+
 import click
 
 from changeflow.cli.aq import (
@@ -159,38 +161,28 @@ def list_exceptions(queue: str, limit: int, site: str | None, config_path: str, 
          MESSAGE_COLUMNS)
 
 
-def _exception_ids(msg_ids: tuple[str, ...], all_: bool) -> list[str] | None:
-    if bool(msg_ids) == all_:
-        raise click.UsageError("name the messages (MSG_ID ...) or give --all")
-    return None if all_ else list(msg_ids)
+def _exception_command(name: str, action: Any, done: str, doc: str) -> None:
+    """Register ``aq exceptions NAME QUEUE [MSG_ID ...] [--all]`` running ``action``."""
+
+    @exceptions.command(name, help=doc)
+    @click.argument("queue")
+    @click.argument("msg_ids", nargs=-1)
+    @click.option("--all", "all_", is_flag=True, help="every message of the exception queue")
+    @site_option
+    @config_option
+    def command(queue: str, msg_ids: tuple[str, ...], all_: bool, site: str | None,
+                config_path: str) -> None:
+        if bool(msg_ids) == all_:
+            raise click.UsageError("name the messages (MSG_ID ...) or give --all")
+        rt, q = site_and_queue(open_cfg(config_path), queue, site)
+        n = action(rt, q, None if all_ else list(msg_ids))
+        click.echo(f"{n} messages {done}")
 
 
-@exceptions.command("requeue")
-@click.argument("queue")
-@click.argument("msg_ids", nargs=-1)
-@click.option("--all", "all_", is_flag=True, help="every message of the exception queue")
-@site_option
-@config_option
-def requeue(queue: str, msg_ids: tuple[str, ...], all_: bool, site: str | None,
-            config_path: str) -> None:
-    """Put messages of exception queue QUEUE back into their original queue, READY."""
-    rt, q = site_and_queue(open_cfg(config_path), queue, site)
-    n = admin.requeue(rt, q, _exception_ids(msg_ids, all_))
-    click.echo(f"{n} messages re-enqueued")
-
-
-@exceptions.command("delete")
-@click.argument("queue")
-@click.argument("msg_ids", nargs=-1)
-@click.option("--all", "all_", is_flag=True, help="every message of the exception queue")
-@site_option
-@config_option
-def delete_exceptions(queue: str, msg_ids: tuple[str, ...], all_: bool, site: str | None,
-                      config_path: str) -> None:
-    """Delete messages from exception queue QUEUE."""
-    rt, q = site_and_queue(open_cfg(config_path), queue, site)
-    n = admin.delete_exceptions(rt, q, _exception_ids(msg_ids, all_))
-    click.echo(f"{n} messages deleted")
+_exception_command("requeue", admin.requeue, "re-enqueued",
+                   "Put messages of exception queue QUEUE back into their original queue, READY.")
+_exception_command("delete", admin.delete_exceptions, "deleted",
+                   "Delete messages from exception queue QUEUE.")
 
 
 @aq.command("time-manager")
