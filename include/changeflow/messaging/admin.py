@@ -56,14 +56,18 @@ M = S.messages
 
 
 def _changes(fn: F) -> F:
-    """Tell this process's sessions that the dictionary changed (even when ``fn`` fails)."""
+    """Tell every process's sessions that the dictionary changed (even when ``fn`` fails).
+
+    The store's dictionary version is raised after the change committed, so an
+    enqueue or dequeue that starts after the call returns, in any process, sees it.
+    """
 
     @functools.wraps(fn)
     def wrapper(*args: Any, **kwargs: Any) -> Any:
         try:
             return fn(*args, **kwargs)
         finally:
-            D.changed()
+            D.changed(_store(args[0]) if args else None)
 
     return wrapper  # type: ignore[return-value]
 

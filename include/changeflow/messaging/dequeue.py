@@ -321,6 +321,24 @@ def fast(req: Request) -> bool:
             and req.mode is not DequeueMode.BROWSE)
 
 
+def take_kind(req: Request) -> str:
+    """What taking a message does: lock it (L, R), mark it PROCESSED (P) or delete it (D)."""
+    p = req.props
+    if req.mode is DequeueMode.LOCKED:
+        return "L"
+    if not req.immediate:
+        return "R"
+    return "P" if p.retention_time > 0 and not p.is_exception else "D"
+
+
+def take_params(req: Request, cursor: Cursor, now: dt.datetime, postgres: bool,
+                limit: int) -> tuple[tuple[Any, ...], dict[str, Any]]:
+    """The shape of a request's take statement and its parameters."""
+    _, params = _base(req, cursor, now, postgres)
+    params.update(p_limit=limit, p_expires=req.lock_expires)
+    return _shape(req, cursor, postgres), params
+
+
 def take_first(conn: Connection, req: Request, cursor: Cursor, now: dt.datetime,
                postgres: bool, limit: int = 1) -> list[Row[Any]]:
     """Find and take up to ``limit`` messages in one statement (``... RETURNING``).
@@ -328,27 +346,24 @@ def take_first(conn: Connection, req: Request, cursor: Cursor, now: dt.datetime,
     The statement also requires the queue to be active and started for dequeue, so a
     ``stop_queue`` or ``drop_queue`` in another process takes effect at once.
     """
-    p = req.props
-    if req.mode is DequeueMode.LOCKED:
-        kind = "L"
-    elif not req.immediate:
-        kind = "R"
-    else:
-        kind = "P" if p.retention_time > 0 and not p.is_exception else "D"
-    _, params = _base(req, cursor, now, postgres)
-    params.update(p_limit=limit, p_expires=req.lock_expires)
-    rows = list(conn.execute(_take_statement(_shape(req, cursor, postgres), kind),
-                             params).all())
+    shape, params = take_params(req, cursor, now, postgres, limit)
+    rows = list(conn.execute(take_statement(shape, take_kind(req)), params).all())
     rows.sort(key=lambda r: (r.k1, r.k2, r.id))
     return rows
 
 
 @functools.lru_cache(maxsize=256)
-def _take_statement(shape: tuple[Any, ...], kind: str) -> Any:
+def take_statement(shape: tuple[Any, ...], kind: str, versioned: bool = False) -> Any:
+    """The one-statement take of a request shape (see :func:`take_first`).
+
+    ``versioned``: also require the dictionary version ``:p_dver`` the request was
+    checked under (subscription, privileges).
+    """
     ids = _candidates(*shape).with_only_columns(M.c.id).limit(bindparam("p_limit"))
     live = exists(select(Q.c.name).where(Q.c.name == bindparam("p_queue"), Q.c.status == "active",
                                          Q.c.dequeue_enabled.is_(True)))
-    where = and_(M.c.id.in_(ids), live)
+    where = and_(M.c.id.in_(ids), live, D.version_guard()) if versioned \
+        else and_(M.c.id.in_(ids), live)
     stmt: Any
     if kind in ("L", "R"):
         stmt = update(M).where(where).values(lock_txn=bindparam("p_txn"), lock_mode=kind,

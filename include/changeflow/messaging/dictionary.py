@@ -5,9 +5,17 @@ single owner of queue state) joined with its queue table (``cf_aq_queue_tables``
 queue declared for LCRs (``queues:`` in the pipeline file) has no queue-table row: it
 is a multi-consumer ANYDATA queue with the catalog's sort order.
 
-Every operation re-reads the queue row inside its own transaction (so ``stop_queue``
-and ``alter_queue`` take effect at once, in every process); message types, which are
-immutable once created, are cached.
+Sessions cache what they read here (queue properties, subscribers, privilege
+verdicts) and trust it while the *dictionary version* is unchanged: a counter
+(``cf_counters`` row ``aq:dictionary``) that every administrative call raises
+(:func:`bump`, after its change committed). The hot statements carry the version they
+were prepared under (:func:`version_guard`): an enqueue or dequeue prepared before an
+``add_subscriber``, ``alter_subscriber``, ``revoke`` ... in *any* process finds the
+version moved, writes nothing, and is prepared again from a fresh read. Changes made
+behind the messaging API's back (the queue catalog directly) are seen within a second
+(the cache's age limit), and the statements themselves require the queue active and
+started, so ``stop_queue`` and ``drop_queue`` always take effect at once. Message
+types, immutable once created, are cached without limit.
 
 >>> exception_queue_name("hr.orders_qt")
 'hr.aq$_orders_qt_e'
@@ -19,13 +27,13 @@ import threading
 from dataclasses import dataclass
 from typing import Any
 
-from sqlalchemy import bindparam, select
+from sqlalchemy import bindparam, func, select
 from sqlalchemy.engine import Connection
 
 from changeflow.errors import QueueDroppedError, QueueNotFoundError
 from changeflow.messaging import types as T
 from changeflow.messaging.constants import sort_order
-from changeflow.state import schema
+from changeflow.state import StateStore, schema
 from changeflow.state import schema_messaging as S
 
 Q = schema.queues
@@ -141,15 +149,38 @@ def all_queues(conn: Connection) -> list[QueueProps]:
 
 
 _generation = [0]
+#: The ``cf_counters`` row holding the dictionary version.
+VERSION = "aq:dictionary"
+_C = schema.counters
+_VERSION_VALUE = func.coalesce(
+    select(_C.c.value).where(_C.c.name == VERSION).scalar_subquery(), 0)
 
 
-def changed() -> None:
+def changed(store: StateStore | None = None) -> None:
     """Note that an administrative call changed queues, subscribers or privileges.
 
-    Sessions of this process re-check their cached request checks at once; other
-    processes do within a second (:data:`changeflow.messaging.receive.CHECK_TTL`).
+    Sessions of this process re-check their cached dictionary at once; with ``store``,
+    the store's dictionary version is raised too (:func:`bump`), so that sessions of
+    every other process do at their next enqueue or dequeue.
     """
     _generation[0] += 1
+    if store is not None:
+        bump(store)
+
+
+def bump(store: StateStore) -> int:
+    """Raise the store's dictionary version (its own transaction); returns the new one."""
+    return store.next_counter(VERSION)
+
+
+def version(conn: Connection) -> int:
+    """The store's dictionary version (0 before any administrative call)."""
+    return int(conn.execute(select(_VERSION_VALUE)).scalar_one())
+
+
+def version_guard() -> Any:
+    """A predicate, true while the dictionary version is ``:p_dver`` (for hot statements)."""
+    return bindparam("p_dver") == _VERSION_VALUE
 
 
 def generation() -> int:

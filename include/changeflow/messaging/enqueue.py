@@ -20,6 +20,7 @@ import datetime as dt
 import functools
 import json
 import uuid
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -43,6 +44,8 @@ from changeflow.state import StateStore, schema
 from changeflow.state import schema_messaging as S
 
 M = S.messages
+#: Checks a privilege: (queue properties, user, privilege, agent); raises SecurityError.
+PrivilegeCheck = Callable[[D.QueueProps, str | None, str, str | None], None]
 Q = schema.queues
 RECEIVED = S.received
 #: Receipts of producer-chosen message ids, so that a replay is recognised.
@@ -89,7 +92,7 @@ def message_type_for(conn: Connection, url: str, props: D.QueueProps, payload: A
     return queue_type
 
 
-def _check_queue(props: D.QueueProps) -> None:
+def check_queue(props: D.QueueProps) -> None:
     if props.is_exception:
         raise QueueStoppedError(
             f"queue {props.name} is an exception queue: messages arrive there when they "
@@ -102,14 +105,19 @@ def _check_queue(props: D.QueueProps) -> None:
 
 def prepare(conn: Connection, store: StateStore, props: D.QueueProps, payload: Any,
             properties: MessageProperties, *, type_name: str | None, user: str | None,
-            max_size: int, now: dt.datetime) -> Pending:
+            max_size: int, now: dt.datetime,
+            subscribers: Sequence[D.Subscriber] | None = None,
+            check: PrivilegeCheck | None = None) -> Pending:
     """Check one message for enqueue and choose its recipients.
+
+    ``subscribers`` and ``check`` are a session's cached dictionary (default: read
+    through ``conn``).
 
     Raises:
         QueueStoppedError, PayloadTypeError, UnknownTypeError, MessageTooLargeError,
         MessagePropertyError, SecurityError, NoRecipientsError: nothing is written.
     """
-    _check_queue(props)
+    check_queue(props)
     mtype = message_type_for(conn, store.url, props, payload, type_name)
     text, raw, size = mtype.encode(payload)
     if size > max_size:
@@ -117,15 +125,17 @@ def prepare(conn: Connection, store: StateStore, props: D.QueueProps, payload: A
             f"message for queue {props.name} is {size} bytes encoded; the limit is {max_size} "
             "(messaging.max_message_size)")
     sender = properties.sender.name if properties.sender else None
-    privileges.check(conn, props, user, "ENQUEUE", sender)
-    recipients = choose_recipients(conn, store, props, properties, mtype, text, raw)
+    (check or functools.partial(privileges.check, conn))(props, user, "ENQUEUE", sender)
+    recipients = choose_recipients(conn, store, props, properties, mtype, text, raw,
+                                   subscribers)
     return Pending(props.name, properties.msg_id or uuid.uuid4().hex, mtype.name, text, raw,
                    size, properties, recipients, now, properties.msg_id is not None)
 
 
 def choose_recipients(conn: Connection, store: StateStore, props: D.QueueProps,
                       properties: MessageProperties, mtype: T.TypeDef, text: str | None,
-                      raw: bytes | None) -> tuple[tuple[str, str], ...]:
+                      raw: bytes | None, subscribers: Sequence[D.Subscriber] | None = None,
+                      ) -> tuple[tuple[str, str], ...]:
     """The (consumer, address) deliveries of a message (see the module docstring).
 
     Raises:
@@ -141,7 +151,7 @@ def choose_recipients(conn: Connection, store: StateStore, props: D.QueueProps,
         return (("", ""),)
     if properties.recipients:
         return tuple(dict.fromkeys((r.name, r.address) for r in properties.recipients))
-    subs = D.subscribers(conn, props.name)
+    subs = list(subscribers) if subscribers is not None else D.subscribers(conn, props.name)
     decoded: list[Any] = []
     out = []
     for sub in subs:
@@ -174,7 +184,7 @@ def _micros(t: dt.datetime) -> int:
     return int(t.timestamp() * 1_000_000)
 
 
-def _rows(props: D.QueueProps, msg: Pending, txn_id: str,
+def message_rows(props: D.QueueProps, msg: Pending, txn_id: str,
           commit_seq: int | None, now: dt.datetime) -> list[dict[str, Any]]:
     p = msg.properties
     visible = msg.enq_time + dt.timedelta(seconds=p.delay)
@@ -227,9 +237,9 @@ def write(conn: Connection, store: StateStore, pending: list[Pending], txn_id: s
         qp = known if single else D.queue(conn, queue)
         assert qp is not None
         if not single and started:
-            _check_queue(qp)
+            check_queue(qp)
         seq = store.next_counter(f"aq:commit:{queue}", conn) if qp.commit_ordered else None
-        rows = [r for m in msgs for r in _rows(qp, m, txn_id, seq, now)]
+        rows = [r for m in msgs for r in message_rows(qp, m, txn_id, seq, now)]
         if single:
             _guarded_insert(conn, rows[0], started)
         else:
@@ -242,21 +252,28 @@ _COLUMNS = [c for c in M.c if c.name != "id"]
 
 
 @functools.lru_cache(maxsize=4)
-def _guarded(started: bool) -> Any:
-    """``INSERT ... SELECT <row> WHERE <the queue is active [and started]>``."""
+def guarded(started: bool, versioned: bool = False) -> Any:
+    """``INSERT ... SELECT <row> WHERE <the queue is active [and started]>``.
+
+    ``versioned``: also require the dictionary version ``:p_dver`` (what the message
+    was prepared under: its recipients and privilege checks).
+    """
     live = [Q.c.name == bindparam("v_queue"), Q.c.status == "active"]
     if started:
         live.append(Q.c.enqueue_enabled.is_(True))
+    where = [exists(select(Q.c.name).where(*live))]
+    if versioned:
+        where.append(D.version_guard())
     values = select(*[bindparam(f"v_{c.name}", type_=c.type) for c in _COLUMNS]).where(
-        exists(select(Q.c.name).where(*live)))
+        *where)
     # RETURNING, not rowcount: drivers differ on the rowcount of INSERT ... SELECT
     return M.insert().from_select([c.name for c in _COLUMNS], values).returning(M.c.id)
 
 
 def _guarded_insert(conn: Connection, row: dict[str, Any], started: bool) -> None:
-    done = conn.execute(_guarded(started), {f"v_{k}": v for k, v in row.items()}).first()
+    done = conn.execute(guarded(started), {f"v_{k}": v for k, v in row.items()}).first()
     if done is None:  # say why: unknown, dropped or stopped
-        _check_queue(D.queue(conn, row["queue"]))
+        check_queue(D.queue(conn, row["queue"]))
         raise QueueStoppedError(f"queue {row['queue']} refused the message")
 
 

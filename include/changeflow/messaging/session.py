@@ -65,6 +65,7 @@ from changeflow.messaging.errors import (
 )
 from changeflow.messaging.model import Message, MessageProperties, Selector, agent_name
 from changeflow.messaging.receive import Receiver, Spec
+from changeflow.messaging.sender import Sender
 from changeflow.state import StateStore, utcnow
 
 if TYPE_CHECKING:
@@ -120,7 +121,7 @@ class Session:
         self._renewed = 0.0
         self.postgres = store.dialect == "postgresql"
         self._receiver = Receiver(self)
-        self._qcache: dict[str, tuple[D.QueueProps, float, int]] = {}
+        self._sender = Sender(self)
         self.last_active = time.monotonic()
         self.closed = False
 
@@ -208,58 +209,18 @@ class Session:
             plist = [MessageProperties.of(p) for p in properties]
         vis = Visibility.parse(visibility)
         alone = vis is Visibility.IMMEDIATE or (commit and not self.in_transaction)
-        if alone and self.postgres:  # one transaction: row locks do not block other writers
-            with self.store.begin() as conn:
-                prepared, props, now = self._prepare(conn, name, payloads, plist, type_name)
-                written = self._write_alone(conn, prepared, commit, now, props)
-            return self._done_alone(prepared, written, commit)
-        # SQLite has one writer: checks and encoding in a read keep the write lock short
-        with self.store.read() as conn:
-            prepared, props, now = self._prepare(conn, name, payloads, plist, type_name)
+        txn = None
+        if alone:  # a transaction of its own: the session's, when it commits it
+            txn = self.transaction_id if commit else f"{self._prefix}:{next(self._serial)}"
+        prepared, written = self._sender.send(name, payloads, plist, type_name, txn)
         if alone:
-            with self.store.begin() as conn:
-                written = self._write_alone(conn, prepared, commit, now, props)
-            return self._done_alone(prepared, written, commit)
-        self._pending.extend(prepared)
-        if commit:
-            self.commit()
-        return [m.msg_id for m in prepared]
-
-    def _prepare(self, conn: Connection, name: str, payloads: Sequence[Any],
-                 plist: list[MessageProperties], type_name: str | None
-                 ) -> tuple[list[EQ.Pending], D.QueueProps, dt.datetime]:
-        now = utcnow()
-        props = self._props(conn, name)
-        prepared = [EQ.prepare(conn, self.store, props, p, pr, type_name=type_name,
-                               user=self.user, max_size=self.settings.max_message_size, now=now)
-                    for p, pr in zip(payloads, plist, strict=True)]
-        return prepared, props, now
-
-    def _props(self, conn: Connection, name: str) -> D.QueueProps:
-        """A queue's properties, read at most once a second (or after an admin change).
-
-        Writes check the queue again (the insert requires it active and started), so a
-        stale entry never writes into a stopped or dropped queue.
-        """
-        found = self._qcache.get(name)
-        if found is not None and time.monotonic() - found[1] < 1.0 \
-                and found[2] == D.generation():
-            return found[0]
-        props = D.queue(conn, name)
-        self._qcache[name] = (props, time.monotonic(), D.generation())
-        return props
-
-    def _write_alone(self, conn: Connection, prepared: list[EQ.Pending], commit: bool,
-                     now: dt.datetime, props: D.QueueProps) -> dict[str, list[str]]:
-        txn = self.transaction_id if commit else f"{self._prefix}:{next(self._serial)}"
-        return EQ.write(conn, self.store, prepared, txn, now, {props.name: props},
-                        started=True)
-
-    def _done_alone(self, prepared: list[EQ.Pending], written: dict[str, list[str]],
-                    commit: bool) -> list[str]:
-        if commit:
-            self._reset()
-        self._signal(written)
+            if commit:
+                self._reset()
+            self._signal(written)
+        else:
+            self._pending.extend(prepared)
+            if commit:
+                self.commit()
         return [m.msg_id for m in prepared]
 
     # -- dequeue -------------------------------------------------------------------------
@@ -346,6 +307,11 @@ class Session:
         if self.held and time.monotonic() - self._renewed > self.settings.lock_timeout / 4:
             locks.renew(conn, self.transaction_id, self.lock_expiry(now))
             self._renewed = time.monotonic()
+
+    def renewal_due(self) -> bool:
+        """Whether the next attempt must push back the transaction's locks (:meth:`renew`)."""
+        return bool(self.held) and \
+            time.monotonic() - self._renewed > self.settings.lock_timeout / 4
 
     def lock_expiry(self, now: dt.datetime) -> dt.datetime:
         """When a lock taken now lapses if the session makes no further call."""

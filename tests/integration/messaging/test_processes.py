@@ -47,7 +47,7 @@ def test_two_consumers_never_get_the_same_message(store_url: str, tmp_path: Path
     store = StateStore(store_url)
     make_queue(store)
     s = connect(store)
-    ids = s.enqueue_array("app.q", [str(i).encode() for i in range(300)], commit=True)
+    ids = s.enqueue_array("app.q", [str(i).encode() for i in range(1000)], commit=True)
     procs = consumers(tmp_path, store_url, 2)
     outs = [p.communicate(timeout=120)[0].split() for p in procs]
     assert all(p.returncode == 0 for p in procs)

@@ -1,0 +1,187 @@
+"""Statements run on the driver's own connection: the hot path of enqueue and dequeue.
+
+An enqueue that commits at once, and a dequeue that takes its messages in one
+statement, are each *one* SQL statement. Run through SQLAlchemy's ``Connection``,
+such a statement costs several times its own database time in Python (the
+connection and transaction wrappers, the statement's cache key, the execution
+context). Here the statement is still written with SQLAlchemy Core, but compiled
+*once* per dialect (:class:`Compiled`: the SQL text, the order of its parameters,
+their bind processors, the result columns' processors) and executed on the raw DBAPI
+connection checked out of the same pool (:func:`transaction`).
+
+Durability is unchanged: on SQLite the statement runs between ``BEGIN IMMEDIATE`` and
+``COMMIT`` (the store's own write transaction; WAL, synchronous FULL); on PostgreSQL a
+single statement runs in autocommit, which *is* one transaction committed with the
+server's ``synchronous_commit`` (one round trip instead of three: ``BEGIN``, the
+statement, ``COMMIT``).
+
+Driver errors are classified like the store's: a lost connection or a busy database
+is a transient :class:`~changeflow.errors.StateStoreError` (the pool discards a
+connection the server dropped).
+"""
+
+from __future__ import annotations
+
+import collections
+import functools
+import threading
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
+from typing import Any
+
+from sqlalchemy import Column, Engine
+from sqlalchemy.engine.interfaces import Dialect
+
+from changeflow.errors import StateStoreError
+from changeflow.state import StateStore
+
+_lock = threading.Lock()
+_compiled: dict[tuple[int, str], Compiled] = {}
+Processor = Callable[[Any], Any] | None
+
+
+class Compiled:
+    """A Core statement compiled for one dialect, run with a DBAPI cursor.
+
+    Args:
+        stmt: the statement (its bind parameters are named; literal values in it are
+            bound as compiled).
+        dialect: the dialect to compile for.
+        columns: the columns the statement returns, in order (``RETURNING`` or the
+            select list), to convert their values like SQLAlchemy would.
+    """
+
+    def __init__(self, stmt: Any, dialect: Dialect, columns: Sequence[Column[Any]] = ()) -> None:
+        compiled = stmt.compile(dialect=dialect)
+        self.sql = compiled.string
+        self.positional = bool(dialect.positional)
+        names = list(compiled.positiontup or []) if self.positional else list(compiled.binds)
+        escaped = compiled.escaped_bind_names or {}
+        self.binds: list[tuple[str, str, Any, Processor]] = []
+        for name in names:
+            bind = compiled.binds[name]
+            fixed = None if bind.callable is not None else bind.value
+            self.binds.append((name, escaped.get(name, name), fixed,
+                               bind.type.dialect_impl(dialect).bind_processor(dialect)))
+        self.results: list[Processor] = [_result_processor(c, dialect) for c in columns]
+        self.convert = any(p is not None for p in self.results)
+        self.row = _row_class(tuple(c.name for c in columns)) if columns else None
+
+    def parameters(self, params: dict[str, Any]) -> Any:
+        """The DBAPI parameters (a tuple, or a dict for named styles) of ``params``."""
+        out = []
+        for name, _, fixed, proc in self.binds:
+            value = params.get(name, fixed)
+            out.append(proc(value) if proc is not None and value is not None else value)
+        if self.positional:
+            return tuple(out)
+        return {key: v for (_, key, _, _), v in zip(self.binds, out, strict=True)}
+
+    def rows(self, cursor: Any, params: dict[str, Any]) -> list[Any]:
+        """Execute and fetch every row, as named tuples of the declared columns."""
+        cursor.execute(self.sql, self.parameters(params))
+        fetched = cursor.fetchall()
+        assert self.row is not None
+        if self.convert:
+            procs = self.results
+            return [self.row._make(v if p is None or v is None else p(v)
+                                   for p, v in zip(procs, r, strict=True)) for r in fetched]
+        return [self.row._make(r) for r in fetched]
+
+    def execute(self, cursor: Any, params: dict[str, Any]) -> None:
+        """Execute without fetching."""
+        cursor.execute(self.sql, self.parameters(params))
+
+
+def _result_processor(column: Column[Any], dialect: Dialect) -> Processor:
+    """How SQLAlchemy converts the column's driver values (None: they are used as is).
+
+    Processors that need the driver's type code (PostgreSQL numerics) are for types
+    psycopg returns natively already (float8, bigint): none is needed.
+    """
+    try:
+        return column.type.dialect_impl(dialect).result_processor(dialect, None)
+    except (TypeError, LookupError, ValueError):
+        return None
+    except Exception as exc:  # noqa: BLE001  (SQLAlchemy's InvalidRequestError)
+        if type(exc).__name__ == "InvalidRequestError":
+            return None
+        raise
+
+
+@functools.lru_cache(maxsize=64)
+def _row_class(names: tuple[str, ...]) -> Any:
+    return collections.namedtuple("Row", names)  # type: ignore[misc]
+
+
+def compiled(engine: Engine, key: str, build: Callable[[], Any],
+             columns: Sequence[Column[Any]] = ()) -> Compiled:
+    """The statement ``build()`` compiled for ``engine``'s dialect, cached under ``key``."""
+    ck = (id(engine.dialect), key)
+    found = _compiled.get(ck)
+    if found is None:
+        found = Compiled(build(), engine.dialect, columns)
+        with _lock:
+            _compiled[ck] = found
+    return found
+
+
+def _classify(exc: BaseException) -> bool:
+    """Whether a driver error is the store's trouble (transient), not the statement's."""
+    name = type(exc).__name__
+    return name in ("OperationalError", "InterfaceError")
+
+
+@contextmanager
+def transaction(store: StateStore) -> Iterator[Any]:
+    """One write transaction on a raw driver connection; yields its cursor.
+
+    SQLite: ``BEGIN IMMEDIATE`` ... ``COMMIT``. PostgreSQL: autocommit, so use it for
+    one statement only (each statement commits by itself).
+
+    Raises:
+        StateStoreError: the store is unreachable or busy (transient); the driver's
+            other errors pass through, after the transaction is rolled back.
+    """
+    try:
+        conn = store.engine.raw_connection()
+    except Exception as exc:  # noqa: BLE001  (the pool raises SQLAlchemy's wrapper)
+        raise StateStoreError(f"state store {store.safe_url!r}: cannot connect: "
+                              f"{str(exc).splitlines()[0]}") from exc
+    sqlite = store.dialect == "sqlite"
+    driver = conn.driver_connection
+    cursor = None
+    try:
+        if not sqlite:
+            driver.autocommit = True  # type: ignore[union-attr]
+        cursor = conn.cursor()
+        if sqlite:
+            cursor.execute("BEGIN IMMEDIATE")
+        yield cursor
+        if sqlite:
+            cursor.execute("COMMIT")
+    except BaseException as exc:
+        _abort(conn, sqlite)
+        if _classify(exc):
+            if not sqlite:
+                conn.invalidate(exc if isinstance(exc, Exception) else None)
+            raise StateStoreError(f"state store {store.safe_url!r}: transaction failed: "
+                                  f"{str(exc).splitlines()[0]}") from exc
+        raise
+    finally:
+        if cursor is not None:
+            cursor.close()
+        if not sqlite and conn.driver_connection is not None:
+            try:
+                driver.autocommit = False  # type: ignore[union-attr]
+            except Exception:  # noqa: BLE001  (a broken connection: the pool drops it)
+                conn.invalidate()
+        conn.close()
+
+
+def _abort(conn: Any, sqlite: bool) -> None:
+    try:
+        if sqlite:
+            conn.driver_connection.execute("ROLLBACK")
+    except Exception:  # noqa: BLE001  (no transaction left to roll back)
+        pass
