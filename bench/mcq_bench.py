@@ -12,9 +12,13 @@ Figures (each a ratio against a baseline measured in the same run):
    entries (``--size small``: 100,000). Baseline: a plain PostgreSQL table polled with
    ``SELECT ... ORDER BY id LIMIT 1 FOR UPDATE SKIP LOCKED`` and ``DELETE`` in one
    transaction per entry (raw psycopg), with as many rows. Target >= 0.5 on PostgreSQL.
+   The two run in alternating rounds of a few hundred operations (each side's rate is
+   its operations over the sum of its rounds' times), so load from other work on the
+   machine falls on both sides alike instead of on whichever ran during it.
 3. **An empty poll as processed entries pile up**: the time of ``get_changes`` on an
    empty queue with 10 million processed entries (``small``: 1 million) over its time
-   with none, same store. Target <= 1.5 (the partial pending index).
+   on a store of the same kind, same registrations, without any entries (the medians
+   of alternating rounds of 100 polls). Target <= 1.5 (the partial pending index).
 4. **Trigger overhead** (PostgreSQL): single-row ``UPDATE``s of a source table with the
    log trigger installed (direct mode, 2 interested listeners) over the same updates
    without it.
@@ -160,45 +164,86 @@ def _fill(store: StateStore, listener: str, n: int, pending: bool) -> None:
             conn.execute(text("ANALYZE"))
 
 
-def _consume_rate(mcq: MetaChangeQueue, listener: str, ops: int) -> float:
-    w = mcq.worker(listener)
-    start = time.perf_counter()
-    for _ in range(ops):
-        rec = w.get_changes()
-        w.ack_change(rec)
-    return ops / (time.perf_counter() - start)
-
-
-def _skip_locked_rate(url: str, pending: int, ops: int) -> float:
+def _skip_locked_table(url: str, table: str, pending: int) -> None:
+    """The baseline's queue: a plain table of ``pending`` rows with a bigserial key."""
     import psycopg
 
     with psycopg.connect(url, autocommit=True) as conn:
-        conn.execute("CREATE TABLE plain_q (id bigserial PRIMARY KEY, person_id bigint, "
+        conn.execute(f"CREATE TABLE {table} (id bigserial PRIMARY KEY, person_id bigint, "
                      "created timestamptz NOT NULL DEFAULT now())")
-        conn.execute(f"INSERT INTO plain_q (person_id) SELECT g FROM generate_series(1, "
+        conn.execute(f"INSERT INTO {table} (person_id) SELECT g FROM generate_series(1, "
                      f"{pending}) g")
-        conn.execute("VACUUM ANALYZE plain_q")
-        start = time.perf_counter()
-        for _ in range(ops):
-            with conn.transaction():
-                row = conn.execute("SELECT id, person_id FROM plain_q ORDER BY id LIMIT 1 "
-                                   "FOR UPDATE SKIP LOCKED").fetchone()
-                assert row is not None
-                conn.execute("DELETE FROM plain_q WHERE id = %s", (row[0],))
-        return ops / (time.perf_counter() - start)
+        conn.execute(f"VACUUM ANALYZE {table}")
 
 
-def _empty_poll(mcq: MetaChangeQueue, listener: str, polls: int) -> float:
-    """The median time of a ``get_changes`` on an empty queue (seconds)."""
+def _skip_locked_round(conn: Any, table: str, n: int) -> float:
+    """``n`` gets of the baseline: ``SELECT ... FOR UPDATE SKIP LOCKED`` + ``DELETE``, one
+    transaction each (seconds taken)."""
+    start = time.perf_counter()
+    for _ in range(n):
+        with conn.transaction():
+            row = conn.execute(f"SELECT id, person_id FROM {table} ORDER BY id LIMIT 1 "
+                               "FOR UPDATE SKIP LOCKED").fetchone()
+            assert row is not None
+            conn.execute(f"DELETE FROM {table} WHERE id = %s", (row[0],))
+    return time.perf_counter() - start
+
+
+def _mcq_round(w: Any, n: int) -> float:
+    """``n`` get_changes + ack_change of one worker (seconds taken)."""
+    start = time.perf_counter()
+    for _ in range(n):
+        rec = w.get_changes()
+        assert not rec.is_end
+        w.ack_change(rec)
+    return time.perf_counter() - start
+
+
+def _consume_vs_skip_locked(mcq: MetaChangeQueue, listener: str, url: str, table: str,
+                            ops: int, round_ops: int = 250) -> tuple[float, float]:
+    """get+ack/s of the MCQ and of the plain SKIP LOCKED table, in alternating rounds."""
+    import psycopg
+
     w = mcq.worker(listener)
-    for _ in range(50):
-        assert w.get_changes().is_end
+    spent = {"mcq": 0.0, "plain": 0.0}
+    with psycopg.connect(url, autocommit=True) as conn:
+        _mcq_round(w, 20)  # first call: registry read, monitor mark
+        _skip_locked_round(conn, table, 20)
+        done = 0
+        while done < ops:
+            n = min(round_ops, ops - done)
+            spent["mcq"] += _mcq_round(w, n)
+            spent["plain"] += _skip_locked_round(conn, table, n)
+            done += n
+    return ops / spent["mcq"], ops / spent["plain"]
+
+
+def _poll_round(w: Any, n: int) -> list[float]:
+    """The times of ``n`` ``get_changes`` of a worker on an empty queue (seconds)."""
     times = []
-    for _ in range(polls):
+    for _ in range(n):
         t = time.perf_counter()
-        w.get_changes()
+        rec = w.get_changes()
         times.append(time.perf_counter() - t)
-    return statistics.median(times)
+        assert rec.is_end
+    return times
+
+
+def _empty_polls(busy: MetaChangeQueue, idle: MetaChangeQueue, listener: str, polls: int,
+                 round_polls: int = 100) -> tuple[float, float]:
+    """Median ``get_changes`` time on an empty queue of ``busy`` (processed entries piled
+    up) and of ``idle`` (a store without any), in alternating rounds (seconds)."""
+    workers = {"busy": busy.worker(listener), "idle": idle.worker(listener)}
+    times: dict[str, list[float]] = {"busy": [], "idle": []}
+    for w in workers.values():
+        _poll_round(w, 50)  # first call: registry read, monitor mark
+    done = 0
+    while done < polls:
+        n = min(round_polls, polls - done)
+        for key, w in workers.items():
+            times[key] += _poll_round(w, n)
+        done += n
+    return statistics.median(times["busy"]), statistics.median(times["idle"])
 
 
 def _entry(name: str, value: float, unit: str, baseline: float, target: str | None,
@@ -216,29 +261,50 @@ def _all_processed(store: StateStore) -> None:
             queue_name=None, proc_date=utcnow()))
 
 
-def _store_suite(label: str, url: str, work: Path, p: dict[str, int],
-                 plain_url: str | None, skip_locked: float, size: str) -> list[dict[str, Any]]:
-    store = StateStore(url)
+_STARTED = time.monotonic()
+
+
+def _progress(label: str, what: str) -> None:
+    """A progress line on stderr (a full-size run takes many minutes)."""
+    print(f"[mcq bench +{time.monotonic() - _STARTED:.0f}s] {label}: {what}", file=sys.stderr,
+          flush=True)
+
+
+def _store_suite(label: str, urls: tuple[str, str], work: Path, p: dict[str, int],
+                 plain_url: str | None, skip_url: str, size: str) -> list[dict[str, Any]]:
+    """The figures of one kind of store; ``urls``: the store measured, and one that stays
+    without entries (the empty poll's baseline)."""
+    store = StateStore(urls[0])
     mcq = deployment(store)
     calls = _fanout(store, p["logs"])
+    _progress(label, f"{p['logs']:,} log_update calls and the plain-INSERT baseline")
     rate, entries = _log_rate(mcq, p["logs"])
     base = (_plain_pg(plain_url, calls) if plain_url else
             _plain_sqlite(str(work / f"plain-{label}.db"), calls))
     out = [_entry(f"mcq log_update entries/s ({label})", rate, "entries_per_s", base, None,
                   calls=p["logs"], entries=entries, baseline_what="plain INSERT of the rows")]
     _all_processed(store)  # the logged entries are another figure's: the queues start empty
-    empty0 = _empty_poll(mcq, "Unity", p["polls"])
+    _progress(label, f"filling {p['pending']:,} pending entries and the baseline table")
     _fill(store, "BEST", p["pending"], pending=True)
+    table = f"plain_q_{label.lower()}"
+    _skip_locked_table(skip_url, table, p["pending"])
     ops = max(2000, p["polls"])
-    rate = _consume_rate(mcq, "BEST", ops)
+    _progress(label, f"{ops:,} get+ack, alternating with the SKIP LOCKED baseline")
+    rate, skip_locked = _consume_vs_skip_locked(mcq, "BEST", skip_url, table, ops)
     out.append(_entry(f"mcq get+ack/s, {p['pending']:,} pending ({label})", rate, "per_s",
                       skip_locked, ">= 0.5 (PostgreSQL)", ops=ops,
-                      baseline_what="plain PostgreSQL table, FOR UPDATE SKIP LOCKED"))
+                      baseline_what="plain PostgreSQL table of as many rows, FOR UPDATE "
+                                    "SKIP LOCKED + DELETE, alternating rounds in the same "
+                                    "run"))
     _all_processed(store)  # everything processed: the queues are empty again
+    _progress(label, f"filling {p['processed']:,} processed entries")
     _fill(store, "Unity", p["processed"], pending=False)
-    emptyn = _empty_poll(mcq, "Unity", p["polls"])
+    _progress(label, f"{p['polls']:,} empty polls each, alternating with an idle store")
+    emptyn, empty0 = _empty_polls(mcq, deployment(StateStore(urls[1])), "Unity", p["polls"])
     out.append(_entry(f"mcq empty poll, {p['processed']:,} processed vs 0 ({label})", emptyn,
                       "seconds", empty0, "<= 1.5", time_ratio=True, processed=p["processed"],
+                      baseline_what="the same poll of a store without processed entries, "
+                                    "alternating rounds in the same run",
                       size_note=("--size small uses 1,000,000 processed entries, not 10 "
                                  "million") if size == "small" else None))
     return out
@@ -284,12 +350,10 @@ def run(spark: Any = None, scale: str = "small") -> list[dict[str, Any]]:
     pg = PgCluster().start()
     try:
         base_url = pg.createdb("plain")
-        ops = max(2000, p["polls"])
-        skip_locked = _skip_locked_rate(base_url, p["pending"], ops)
-        out = _store_suite("SQLite", f"sqlite:///{work}/state.db", work, p, None, skip_locked,
-                           size)
-        out += _store_suite("PostgreSQL", sqlalchemy_url(pg.createdb("mcq")), work, p,
-                            base_url, skip_locked, size)
+        lite = (f"sqlite:///{work}/state.db", f"sqlite:///{work}/idle.db")
+        out = _store_suite("SQLite", lite, work, p, None, base_url, size)
+        on_pg = (sqlalchemy_url(pg.createdb("mcq")), sqlalchemy_url(pg.createdb("mcqidle")))
+        out += _store_suite("PostgreSQL", on_pg, work, p, base_url, base_url, size)
         out.append(_trigger_overhead(pg, p["logs"]))
         return out
     finally:

@@ -9,7 +9,9 @@ Handing an entry out *claims* it in the same statement: ``claimed_by`` is set to
 worker and ``hold_until`` to now plus the listener's claim timeout, so a second worker
 of the same listener skips it (on PostgreSQL the row is picked with ``FOR UPDATE SKIP
 LOCKED``, so concurrent workers do not even wait for each other; on SQLite writers
-take turns). A worker that dies before its ack leaves the entry held until the claim
+take turns; the claim and the ack are each one prepared statement on a held
+autocommit connection, one round trip each: see :mod:`changeflow.mcq.conn`). A
+worker that dies before its ack leaves the entry held until the claim
 times out, then it is handed out again: nothing is lost, and listeners are
 idempotent by contract. ``ack_change`` clears ``queue_name`` (the entry leaves the
 pending index) and sets ``proc_date``; ``put_back`` raises ``retry_count`` and holds
@@ -23,12 +25,13 @@ from __future__ import annotations
 
 import datetime as dt
 import uuid
+from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 from sqlalchemy import bindparam, or_, select, update
 from sqlalchemy.engine import Connection
 
-from changeflow.mcq.conn import statement
+from changeflow.mcq.conn import compiled, driver, statement
 from changeflow.mcq.model import (
     AlreadyAckedError,
     BadChangeError,
@@ -68,6 +71,7 @@ _MINE = [Q.c.entry_number == bindparam("n"), Q.c.proc_name == bindparam("listene
          Q.c.queue_name.isnot(None), Q.c.claimed_by == bindparam("worker")]
 _ACK = update(Q).where(*_MINE).values(queue_name=None, proc_date=bindparam("now"),
                                       hold_until=None)
+_COLUMNS = [c.name for c in Q.c]  # the claim's RETURNING, in order
 _PUT_BACK = update(Q).where(*_MINE).values(retry_count=Q.c.retry_count + 1,
                                            hold_until=bindparam("hold"), claimed_by=None)
 
@@ -89,6 +93,7 @@ class Worker:
         self.marker = marker
         self.id = worker_id or f"w-{uuid.uuid4().hex[:16]}"
         self.claim_timeout: float | None = None
+        self._compiled: dict[int, tuple[str, dict[str, Any]]] = {}
 
     def _first_call(self, conn: Connection) -> None:
         row = require_listener(conn, self.listener)
@@ -108,15 +113,29 @@ class Worker:
                 self._first_call(first)
         assert self.claim_timeout is not None
         now = utcnow()
-        with statement(self.store) as conn:
-            params = {"listener": self.listener, "now": now, "worker": self.id,
-                      "until": now + dt.timedelta(seconds=self.claim_timeout)}
-            if tname is not None:
-                params["b_tname"] = tname.upper()
-            row = conn.execute(_CLAIM[tname is not None], params).first()
+        params = {"listener": self.listener, "now": now, "worker": self.id,
+                  "until": now + dt.timedelta(seconds=self.claim_timeout)}
+        if tname is not None:
+            params["b_tname"] = tname.upper()
+        if self.store.dialect == "postgresql":
+            sql, fixed = self._sql(_CLAIM[tname is not None])
+            with driver(self.store) as raw:
+                values = raw.execute(sql, {**fixed, **params}).fetchone()
+            row: Mapping[Any, Any] | None = (
+                None if values is None else dict(zip(_COLUMNS, values, strict=True)))
+        else:
+            with statement(self.store) as conn:
+                found = conn.execute(_CLAIM[tname is not None], params).first()
+            row = None if found is None else found._mapping
         if self.marker is not None:
             self.marker.mark()
-        return end_of_queue(self.listener) if row is None else rec_from_row(row._mapping)
+        return end_of_queue(self.listener) if row is None else rec_from_row(row)
+
+    def _sql(self, stmt: Any) -> tuple[str, dict[str, Any]]:
+        """A hot statement compiled once per worker (PostgreSQL's driver path)."""
+        if id(stmt) not in self._compiled:
+            self._compiled[id(stmt)] = compiled(stmt, self.store)
+        return self._compiled[id(stmt)]
 
     def _check(self, rec: ChangeRec, action: str) -> int:
         if rec.is_end or rec.entry_number is None:
@@ -153,10 +172,18 @@ class Worker:
             AlreadyAckedError: it was already processed.
         """
         n = self._check(rec, "ack")
-        with statement(self.store) as conn:
-            done = conn.execute(_ACK, {"n": n, "listener": self.listener, "worker": self.id,
-                                       "now": utcnow()}).rowcount
-            if not done:
+        params = {"n": n, "listener": self.listener, "worker": self.id, "now": utcnow()}
+        if self.store.dialect == "postgresql":
+            sql, fixed = self._sql(_ACK)
+            with driver(self.store) as raw:
+                done = raw.execute(sql, {**fixed, **params}).rowcount
+        else:
+            with statement(self.store) as conn:
+                done = conn.execute(_ACK, params).rowcount
+                if not done:
+                    raise self._refused(conn, n, "ack")
+        if not done:  # PostgreSQL: the ack changed nothing, so nothing is left to undo
+            with statement(self.store) as conn:
                 raise self._refused(conn, n, "ack")
 
     def put_back(self, rec: ChangeRec, hold_until: dt.datetime | None = None, *,
