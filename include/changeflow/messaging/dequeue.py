@@ -376,9 +376,27 @@ def take_statement(shape: tuple[Any, ...], kind: str, versioned: bool = False) -
     return stmt.returning(*M.c)
 
 
+@functools.lru_cache(maxsize=256)
+def pick_statement(shape: tuple[Any, ...]) -> Any:
+    """The rows a take would take, with its guards (queue started, dictionary version).
+
+    For SQLite, inside the write transaction (one writer): selecting the rows and
+    deleting them by id is cheaper there than ``DELETE ... RETURNING`` every column.
+    """
+    live = exists(select(Q.c.name).where(Q.c.name == bindparam("p_queue"), Q.c.status == "active",
+                                         Q.c.dequeue_enabled.is_(True)))
+    return _candidates(*shape).where(live, D.version_guard()).limit(bindparam("p_limit"))
+
+
+def drop_statement() -> Any:
+    """Delete one taken row by id (after :func:`pick_statement`)."""
+    return delete(M).where(M.c.id == bindparam("p_id"))
+
+
 def peek(conn: Connection, props: D.QueueProps, consumer: str,
          now: dt.datetime) -> tuple[Any, bool]:
-    """The queue's row (status, enabled) and whether a message might be available.
+    """The queue's row (status, enabled, ``dver``: the dictionary version) and whether a
+    message might be available.
 
     "Might": a READY unlocked message, a delayed one now due, or a lapsed lock (a
     read; the write attempt then decides).
@@ -393,6 +411,7 @@ def peek(conn: Connection, props: D.QueueProps, consumer: str,
             and_(M.c.state == State.WAITING.value, M.c.visible_at <= now),
             and_(M.c.lock_txn.is_not(None), M.c.lock_expires <= now)))
     row = conn.execute(select(Q.c.status, Q.c.dequeue_enabled,
-                              exists(select(M.c.id).where(cand))).where(
+                              exists(select(M.c.id).where(cand)),
+                              D.version_value().label("dver")).where(
         Q.c.name == props.name)).first()
     return row, bool(row is not None and row[2])

@@ -178,6 +178,11 @@ def version(conn: Connection) -> int:
     return int(conn.execute(select(_VERSION_VALUE)).scalar_one())
 
 
+def version_value() -> Any:
+    """The dictionary version as an SQL expression (to read it along with a query)."""
+    return _VERSION_VALUE
+
+
 def version_guard() -> Any:
     """A predicate, true while the dictionary version is ``:p_dver`` (for hot statements)."""
     return bindparam("p_dver") == _VERSION_VALUE

@@ -177,6 +177,8 @@ class MessageProperties:
         """
         if isinstance(value, MessageProperties) and not overrides:
             return value
+        if value is None and all(v is None for v in overrides.values()):
+            return _DEFAULT_PROPERTIES
         data: dict[str, Any] = {}
         if isinstance(value, MessageProperties):
             data = {f: getattr(value, f) for f in cls.__dataclass_fields__}
@@ -197,6 +199,9 @@ class MessageProperties:
         if isinstance(data.get("recipients"), (str, Agent)):
             data["recipients"] = (data["recipients"],)
         return cls(**data)
+
+
+_DEFAULT_PROPERTIES = MessageProperties()
 
 
 @dataclass(frozen=True)

@@ -41,6 +41,7 @@ from changeflow.state import schema_messaging as S
 
 if TYPE_CHECKING:
     from changeflow.messaging.session import Session
+    from changeflow.state import StateStore
 
 #: Seconds a checked request (and the queue's properties) is trusted before re-checking.
 CHECK_TTL = 1.0
@@ -70,6 +71,9 @@ class _Checked:
 
 class _Stale(Exception):
     """The dictionary version moved since the request was checked."""
+
+
+_STALE = "stale"
 
 
 class Receiver:
@@ -109,18 +113,33 @@ class Receiver:
         checked = self.check(spec, fresh=first)
         if spec.mode is DequeueMode.BROWSE:
             return self._browse(spec, checked, limit)
-        if not first and not self._available(spec, checked):
-            return []
+        if not first:
+            available = self._available(spec, checked)
+            if not available:
+                return []
+            if available == _STALE:
+                checked = self._recheck(spec)
         if self._fast_ok(spec, checked):
             msgs = self._fast(spec, checked, limit)
             if msgs:
                 return msgs
+            if not self._force_due(spec.queue):  # the full attempt could take nothing more
+                if not first or self._explain_empty(spec, checked, first) != _STALE:
+                    return []
+                checked = self._recheck(spec)
         try:
             return self._attempt(spec, checked, first, limit, verify=True)
         except _Stale:
-            self.checked.pop(spec, None)
-            checked = self.check(spec, fresh=True)
-            return self._attempt(spec, checked, first, limit, verify=False)
+            return self._attempt(spec, self._recheck(spec), first, limit, verify=False)
+
+    def _recheck(self, spec: Spec) -> _Checked:
+        self.checked.pop(spec, None)
+        return self.check(spec, fresh=True)
+
+    def _force_due(self, queue: str) -> bool:
+        """Whether an empty attempt would run the housekeeping now (see :meth:`_housekeep`)."""
+        last = self.housekept.get(queue, 0.0)
+        return time.monotonic() - last >= self.s.settings.housekeeping / 4
 
     def _fast_ok(self, spec: Spec, checked: _Checked) -> bool:
         return (checked.condition is None and checked.client is None
@@ -138,11 +157,13 @@ class Receiver:
         shape, params = DQ.take_params(req, cursor, now, self.s.postgres, limit)
         kind = DQ.take_kind(req)
         params["p_dver"] = checked.version
-        stmt = wire.compiled(store.engine, f"aq:take:{shape}:{kind}",
-                             lambda: DQ.take_statement(shape, kind, versioned=True),
-                             list(S.messages.c))
-        with wire.transaction(store) as cur:
-            rows = stmt.rows(cur, params)
+        if kind == "D" and not self.s.postgres:
+            rows = _pick_and_drop(store, shape, params)
+        else:
+            stmt = wire.compiled(store.engine, f"aq:take:{shape}:{kind}",
+                                 lambda: DQ.take_statement(shape, kind, versioned=True),
+                                 list(S.messages.c))
+            rows = stmt.run(store, params)
         if not rows:
             return []
         rows.sort(key=lambda r: (r.k1, r.k2, r.id))
@@ -289,23 +310,31 @@ class Receiver:
                 _refuse_captured(conn, spec.queue)
         return out
 
-    def _available(self, spec: Spec, checked: _Checked) -> bool:
-        """A read: whether the write attempt can find anything (raises if stopped/gone)."""
+    def _available(self, spec: Spec, checked: _Checked) -> bool | str:
+        """A read: whether the write attempt can find anything (raises if stopped/gone).
+
+        :data:`_STALE` when the dictionary version moved since the request's check.
+        """
         with self.s.store.read() as conn:
             row, maybe = DQ.peek(conn, checked.props, spec.consumer, utcnow())
         _raise_unless_started(spec.queue, row)
+        if row.dver != checked.version:
+            return _STALE
         due = time.monotonic() - self.housekept.get(spec.queue, 0.0) >= max(
             self.s.settings.housekeeping, 1.0)
         return maybe or due  # a dead process's lock shows only to the housekeeping
 
-    def _explain_empty(self, spec: Spec, checked: _Checked, first: bool) -> None:
+    def _explain_empty(self, spec: Spec, checked: _Checked, first: bool) -> str | None:
+        """Raise why a first attempt found nothing, if the queue refuses; :data:`_STALE`
+        when the dictionary version moved since the request's check."""
         if not first:
-            return
+            return None
         with self.s.store.read() as conn:
             row, _ = DQ.peek(conn, checked.props, spec.consumer, utcnow())
             _raise_unless_started(spec.queue, row)
             if not checked.props.is_exception:
                 _refuse_captured(conn, spec.queue)
+        return _STALE if row.dver != checked.version else None
 
     def _housekeep(self, conn: Connection, queue: str, now: dt.datetime, *, force: bool) -> bool:
         """Make due delayed messages READY and roll lapsed locks back (throttled)."""
@@ -318,6 +347,20 @@ class Receiver:
         changed = locks.promote(conn, now, queue)
         back = locks.reclaim(conn, now, queue)
         return changed + back["retried"] + back["unlocked"] > 0
+
+
+def _pick_and_drop(store: StateStore, shape: tuple[Any, ...], params: dict[str, Any]
+                   ) -> list[Any]:
+    """SQLite, REMOVE now: select the rows and delete them by id, in one write transaction."""
+    pick = wire.compiled(store.engine, f"aq:pick:{shape}", lambda: DQ.pick_statement(shape),
+                         list(S.messages.c))
+    drop = wire.compiled(store.engine, "aq:drop", DQ.drop_statement)
+    parameters = pick.parameters(params)
+    with wire.transaction(store) as cursor:
+        fetched = pick.fetch(cursor, parameters)
+        if fetched:
+            cursor.executemany(drop.sql, [drop.parameters({"p_id": r[0]}) for r in fetched])
+    return pick.convert_rows(fetched)
 
 
 def _stopped(queue: str) -> QueueStoppedError:

@@ -102,8 +102,7 @@ class Sender:
             params["p_dver"] = view.version
             stmt = wire.compiled(self.s.store.engine, "aq:enqueue:one",
                                  lambda: EQ.guarded(True, versioned=True), [S.messages.c.id])
-            with wire.transaction(self.s.store) as cursor:
-                done = stmt.rows(cursor, params)
+            done = stmt.run(self.s.store, params)
             if not done:
                 self._why_not(props.name)
             return {props.name: [one.msg_id]}

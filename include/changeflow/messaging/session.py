@@ -122,6 +122,7 @@ class Session:
         self.postgres = store.dialect == "postgresql"
         self._receiver = Receiver(self)
         self._sender = Sender(self)
+        self._names: dict[str, str] = {}  # queue references as given -> as stored
         self.last_active = time.monotonic()
         self.closed = False
 
@@ -149,6 +150,12 @@ class Session:
         self.last_active = time.monotonic()
 
     def _queue(self, queue: str) -> str:
+        found = self._names.get(queue)
+        if found is None:
+            found = self._names[queue] = self._resolve(queue)
+        return found
+
+    def _resolve(self, queue: str) -> str:
         from changeflow.messaging.model import queue_name
 
         name = queue_name(queue)

@@ -63,34 +63,55 @@ class Compiled:
             fixed = None if bind.callable is not None else bind.value
             self.binds.append((name, escaped.get(name, name), fixed,
                                bind.type.dialect_impl(dialect).bind_processor(dialect)))
+        self._defaults = [(name, fixed) for name, _, fixed, _ in self.binds]
+        self._keys = [key for _, key, _, _ in self.binds]
+        self._procs = [(i, proc) for i, (_, _, _, proc) in enumerate(self.binds)
+                       if proc is not None]
         self.results: list[Processor] = [_result_processor(c, dialect) for c in columns]
         self.convert = any(p is not None for p in self.results)
         self.row = _row_class(tuple(c.name for c in columns)) if columns else None
 
     def parameters(self, params: dict[str, Any]) -> Any:
         """The DBAPI parameters (a tuple, or a dict for named styles) of ``params``."""
-        out = []
-        for name, _, fixed, proc in self.binds:
-            value = params.get(name, fixed)
-            out.append(proc(value) if proc is not None and value is not None else value)
+        get = params.get
+        out = [get(name, fixed) for name, fixed in self._defaults]
+        for i, proc in self._procs:
+            value = out[i]
+            if value is not None:
+                out[i] = proc(value)
         if self.positional:
             return tuple(out)
-        return {key: v for (_, key, _, _), v in zip(self.binds, out, strict=True)}
+        return dict(zip(self._keys, out, strict=True))
 
     def rows(self, cursor: Any, params: dict[str, Any]) -> list[Any]:
         """Execute and fetch every row, as named tuples of the declared columns."""
-        cursor.execute(self.sql, self.parameters(params))
-        fetched = cursor.fetchall()
+        return self.convert_rows(self.fetch(cursor, self.parameters(params)))
+
+    def fetch(self, cursor: Any, parameters: Any) -> list[Any]:
+        """Execute with DBAPI ``parameters`` (see :meth:`parameters`); the raw rows."""
+        cursor.execute(self.sql, parameters)
+        return list(cursor.fetchall())
+
+    def convert_rows(self, fetched: list[Any]) -> list[Any]:
+        """Raw rows as named tuples of the declared columns, values converted."""
         assert self.row is not None
+        make = self.row._make
         if self.convert:
             procs = self.results
-            return [self.row._make(v if p is None or v is None else p(v)
-                                   for p, v in zip(procs, r, strict=True)) for r in fetched]
-        return [self.row._make(r) for r in fetched]
+            return [make(v if p is None or v is None else p(v)
+                         for p, v in zip(procs, r, strict=True)) for r in fetched]
+        return [make(r) for r in fetched]
 
-    def execute(self, cursor: Any, params: dict[str, Any]) -> None:
-        """Execute without fetching."""
-        cursor.execute(self.sql, self.parameters(params))
+    def run(self, store: StateStore, params: dict[str, Any]) -> list[Any]:
+        """Run as a transaction of its own (:func:`transaction`); the converted rows.
+
+        Parameters are prepared before the transaction and rows converted after it,
+        so the store's write lock (SQLite) is held for the statement only.
+        """
+        parameters = self.parameters(params)
+        with transaction(store) as cursor:
+            fetched = self.fetch(cursor, parameters)
+        return self.convert_rows(fetched)
 
 
 def _result_processor(column: Column[Any], dialect: Dialect) -> Processor:
