@@ -198,31 +198,45 @@ def for_logical(logical: str) -> FieldType:
 _NOT = "translate({h}, '0123456789ABCDEF', 'FEDCBA9876543210')"
 
 
+def _let(value: str, var: str, body: str) -> str:
+    """SQL binding ``value`` to ``var`` in ``body``: ``value`` is evaluated once.
+
+    Spark SQL has no ``LET``; pasting a subexpression into a formula that uses it ten
+    times makes Spark evaluate it ten times (no subexpression elimination inside
+    conditional branches), and the decimal formula nests such pastes four levels deep.
+    A one-element ``transform`` is the binding.
+    """
+    return f"element_at(transform(array({value}), {var} -> {body}), 1)"
+
+
 def _decimal_sql(b64: str, scale: str) -> str:
     """SQL turning base64 two's-complement bytes (Kafka Connect Decimal) into a NUMBER.
 
     Spark's ``conv`` handles 64 bits, so the bytes are split in two halves; a negative
     number's magnitude is the complement plus one. The digits are then placed around
-    the decimal point as text and cast exactly (values of up to 16 bytes).
+    the decimal point as text and cast exactly (values of up to 16 bytes). Each step is
+    bound once (:func:`_let`): the bytes, their hex digits, the magnitude, the digits.
     """
-    h = f"hex(try_to_binary({b64}, 'base64'))"
+    h, hh, s, d, p = "cf_h", "cf_hh", "cf_s", "cf_d", "cf_p"
     neg = f"(conv(substring({h}, 1, 1), 16, 10) >= 8)"
-    hh = f"if({neg}, {_NOT.format(h=h)}, {h})"
     n = f"length({h})"
     two64 = "cast(18446744073709551616 as decimal(38,0))"
     mag = (f"(case when {n} between 1 and 16 then cast(conv({hh}, 16, 10) as decimal(38,0)) "
            f"when {n} <= 32 then try_add(try_multiply(cast(conv(substring({hh}, 1, {n} - 16), "
            f"16, 10) as decimal(38,0)), {two64}), cast(conv(substring({hh}, {n} - 15, 16), 16, "
            f"10) as decimal(38,0))) end + if({neg}, 1, 0))")
-    digits = f"cast({mag} as string)"
     # lpad cuts a longer string: pad only up to the digits' own length
-    padded = f"lpad({digits}, greatest(length({digits}), {scale} + 1), '0')"
-    text = (f"if({scale} = 0, {digits}, concat(substring({padded}, 1, length({padded}) - "
-            f"{scale}), '.', substring({padded}, length({padded}) - {scale} + 1)))")
-    exact = (f"({scale} <= {lcr.DECIMAL_SCALE} or rtrim('0', substring({padded}, "
-             f"length({padded}) - {scale} + 1 + {lcr.DECIMAL_SCALE})) = '')")
-    return (f"if({exact}, try_cast(concat(if({neg}, '-', ''), {text}) as "
-            f"decimal({lcr.DECIMAL_PRECISION},{lcr.DECIMAL_SCALE})), null)")
+    padded = f"lpad({d}, greatest(length({d}), {s} + 1), '0')"
+    text = (f"if({s} = 0, {d}, concat(substring({p}, 1, length({p}) - "
+            f"{s}), '.', substring({p}, length({p}) - {s} + 1)))")
+    exact = (f"({s} <= {lcr.DECIMAL_SCALE} or rtrim('0', substring({p}, "
+             f"length({p}) - {s} + 1 + {lcr.DECIMAL_SCALE})) = '')")
+    value = (f"if({exact}, try_cast(concat(if({neg}, '-', ''), {text}) as "
+             f"decimal({lcr.DECIMAL_PRECISION},{lcr.DECIMAL_SCALE})), null)")
+    digits = _let(f"cast({_let(f'if({neg}, {_NOT.format(h=h)}, {h})', hh, mag)} as string)",
+                  d, _let(padded, p, value))
+    body = digits.replace(s, scale) if scale.isdigit() else _let(scale, s, digits)
+    return _let(f"hex(try_to_binary({b64}, 'base64'))", h, body)
 
 
 def decode_sql(raw: str, ft: FieldType) -> str:
