@@ -13,7 +13,15 @@ The hottest statements (a worker's claim and ack) go one step further on Postgre
 :func:`driver` hands out the psycopg connection under the held one, and they run there
 as SQL compiled once (:func:`compiled`), skipping SQLAlchemy's per-statement work
 (about a third of a get+ack's time); psycopg prepares them server-side after their
-fifth use.
+fifth use. The held connection plans them once: ``plan_cache_mode =
+force_generic_plan`` for its session. Left to choose, PostgreSQL compares a prepared
+statement's generic plan with the custom plans of its first uses, and a worker whose
+early polls ran against a very different table (a million pending entries, before
+ANALYZE) can be left planning every later poll afresh (a tenth of a millisecond
+each). The hot statements are lookups on the primary key or the partial pending
+index, the right plan whatever the values. Because of that session setting a held
+connection never goes back to the pool: it is invalidated when dropped, or when its
+thread ends.
 """
 
 from __future__ import annotations
@@ -32,27 +40,46 @@ if TYPE_CHECKING:
     from changeflow.state import StateStore
 
 _local = threading.local()
+#: Session settings of a held PostgreSQL connection (see the module doc).
+PG_SESSION = ("SET plan_cache_mode = force_generic_plan",)
+
+
+class _Held:
+    """A thread's held connection to one store; invalidated, never returned to the pool
+    with its session settings, when dropped or garbage-collected with its thread."""
+
+    def __init__(self, conn: Connection):
+        self.conn = conn
+
+    def discard(self) -> None:
+        try:
+            self.conn.invalidate()
+            self.conn.close()
+        except Exception:  # noqa: BLE001 (broken already, or the interpreter is exiting)
+            pass
+
+    def __del__(self) -> None:
+        self.discard()
 
 
 def _held(store: StateStore) -> Connection:
-    conns: dict[str, Connection] = getattr(_local, "conns", None) or {}
+    conns: dict[str, _Held] = getattr(_local, "conns", None) or {}
     _local.conns = conns
-    conn = conns.get(store.url)
-    if conn is None or conn.closed or conn.invalidated:
+    held = conns.get(store.url)
+    if held is None or held.conn.closed or held.conn.invalidated:
         conn = store.engine.connect().execution_options(isolation_level="AUTOCOMMIT")
-        conns[store.url] = conn
-    return conn
+        held = conns[store.url] = _Held(conn)
+        if store.dialect == "postgresql":
+            for setting in PG_SESSION:
+                conn.exec_driver_sql(setting)
+    return held.conn
 
 
 def _drop(store: StateStore) -> None:
-    conns: dict[str, Connection] = getattr(_local, "conns", None) or {}
-    conn = conns.pop(store.url, None)
-    if conn is not None:
-        try:
-            conn.invalidate()
-            conn.close()
-        except Exception:  # noqa: BLE001 (it is broken already)
-            pass
+    conns: dict[str, _Held] = getattr(_local, "conns", None) or {}
+    held = conns.pop(store.url, None)
+    if held is not None:
+        held.discard()
 
 
 @contextmanager
