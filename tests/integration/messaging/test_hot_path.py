@@ -24,7 +24,7 @@ def _typed_queue(store: StateStore, **queue: object) -> None:
 
 
 def _hot(store: StateStore, prefix: str) -> bool:
-    """Whether a statement of that kind was compiled for the store's driver path."""
+    """Whether a statement of that kind was compiled for a session store's driver path."""
     return any(k[1].startswith(prefix) and k[0] == id(store.engine.dialect)
                for k in wire._compiled)
 
@@ -37,11 +37,11 @@ def test_hot_enqueue_and_dequeue_keep_properties_and_types(store: StateStore) ->
     before = dt.datetime.now(dt.UTC)
     mid = s.enqueue("app.orders", order, priority=3, expiration=3600, correlation="c-7",
                     sender="shop", commit=True)
-    assert _hot(store, "aq:enqueue:one")
+    assert _hot(s.store, "aq:enqueue:one")
     s.dequeue("app.orders", wait=0, commit=True, correlation="none")  # housekeeping done
     browsed = s.dequeue("app.orders", mode="BROWSE", wait=0)
     taken = s.dequeue("app.orders", wait=0, commit=True)
-    assert _hot(store, "aq:pick:" if store.dialect == "sqlite" else "aq:take:")
+    assert _hot(s.store, "aq:pick:" if store.dialect == "sqlite" else "aq:take:")
     assert taken is not None and browsed is not None
     assert taken.msg_id == mid == browsed.msg_id
     assert taken.payload == browsed.payload
