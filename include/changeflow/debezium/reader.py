@@ -43,19 +43,50 @@ _ENV_FIELDS = (
     "`status` string, `id` string, `event_count` bigint")
 ENV_NAMES = ("before", "after", "op", "source", "ts_ms", "transaction", "status", "id",
              "event_count")
-_FIELD = "struct<`field`:string,`type`:string,`name`:string,`parameters`:map<string,string>>"
-SCHEMA_DDL = f"`fields` array<struct<`field`:string,`fields`:array<{_FIELD}>>>"
 CORRUPT = "_corrupt_record"
 
 
 def read_schema(with_schemas: bool) -> str:
-    """The DDL Spark reads event files with (``with_schemas``: keep the ``schema`` block)."""
+    """The DDL Spark reads event files with (``with_schemas``: keep the ``schema`` block).
+
+    The ``schema`` block is read as its JSON text: the survey groups events by it and
+    parses each distinct block once (:func:`after_fields`), instead of Spark building
+    a nested struct for every event.
+    """
     env = _ENV_FIELDS.replace(" map<", ":map<").replace(" string", ":string") \
         .replace(" struct<", ":struct<").replace(" bigint", ":bigint")
     parts = [_ENV_FIELDS, f"`payload` struct<{env}>", f"`{CORRUPT}` string"]
     if with_schemas:
-        parts.insert(0, f"`schema` struct<{SCHEMA_DDL.replace(' array<', ':array<')}>")
+        parts.insert(0, "`schema` string")
     return ", ".join(parts)
+
+
+def after_fields(schema_text: str | None) -> str | None:
+    """The ``after`` image's field list of an event's ``schema`` block, as JSON text.
+
+    Each field keeps what the types need (``field``, ``type``, ``name``, ``parameters``
+    as text); a block that is not a Kafka Connect struct schema gives ``None``.
+    """
+    try:
+        block = json.loads(schema_text) if schema_text else None
+    except ValueError:
+        return None
+    fields = block.get("fields") if isinstance(block, dict) else None
+    after = next((f for f in (fields if isinstance(fields, list) else [])
+                  if isinstance(f, dict) and f.get("field") == "after"), None)
+    if after is None or not isinstance(after.get("fields"), list):
+        return None
+    out = []
+    for f in after["fields"]:
+        if not isinstance(f, dict):
+            continue
+        kept = {k: f[k] if isinstance(f[k], str) or f[k] is None else json.dumps(f[k])
+                for k in ("field", "type", "name") if k in f}
+        if isinstance(f.get("parameters"), dict):
+            kept["parameters"] = {str(k): v if isinstance(v, str) else json.dumps(v)
+                                  for k, v in f["parameters"].items()}
+        out.append({k: v for k, v in kept.items() if v is not None})
+    return json.dumps(out)
 
 
 def read_events(spark: SparkSession, files: list[str], *, with_schemas: bool) -> DataFrame:
@@ -108,8 +139,7 @@ def survey(df: DataFrame) -> list[SurveyGroup]:
             .otherwise("event"))
     image = F.when(op == "d", e["before"]).otherwise(e["after"])
     empty = F.array().cast("array<string>")
-    sig = (F.to_json(F.filter(F.col("schema")["fields"], lambda f: f["field"] == "after")
-                     .getItem(0)["fields"]) if "schema" in df.columns else F.lit(None))
+    sig = F.col("schema") if "schema" in df.columns else F.lit(None)
     rows = df.select(
         kind.alias("kind"), e["source"]["connector"].alias("connector"),
         e["source"]["schema"].alias("owner"), e["source"]["table"].alias("tbl"),
@@ -124,7 +154,7 @@ def survey(df: DataFrame) -> list[SurveyGroup]:
         .agg(F.count(F.lit(1)).alias("n"), F.first("file").alias("file"),
              F.first("sample").alias("sample"), F.max("key_columns").alias("key_columns"),
              F.min("scn").alias("min_scn"))
-    return [SurveyGroup(r.kind, r.connector, r.owner, r.tbl, r.op, r.sig,
+    return [SurveyGroup(r.kind, r.connector, r.owner, r.tbl, r.op, after_fields(r.sig),
                         list(r.image_keys), list(r.all_keys), r.key_columns, int(r.n), r.file,
                         r.sample, r.min_scn) for r in rows.collect()]
 
