@@ -4,7 +4,8 @@ The stages call one function each, between writing their output and committing i
 
 * captures and propagations: :func:`check_batch` on the written, uncommitted batch
   (propagations also pass their :class:`HopCounters`, built with
-  :func:`observe_input` and :func:`hop_counters`);
+  :func:`observe_input` and :func:`hop_counters`); a stage holding its batch in
+  memory as Arrow (the PostgreSQL capture) calls :func:`check_arrow_batch`;
 * applies: :func:`check_target` on the written, uncommitted delta files.
 
 A blocking failure of a batch commits it set aside (:func:`state_of`,
@@ -18,6 +19,7 @@ from __future__ import annotations
 
 from changeflow.quality.batch import (
     HopCounters,
+    check_arrow_batch,
     check_batch,
     hop_counters,
     observe_input,
@@ -33,6 +35,7 @@ __all__ = [
     "QualityReport",
     "blocking_policy",
     "build_data_docs",
+    "check_arrow_batch",
     "check_batch",
     "check_target",
     "hop_counters",

@@ -30,6 +30,7 @@ from changeflow.queues.quarantine import record_committed
 from changeflow.sites import SiteRuntime, queue_site
 
 if TYPE_CHECKING:
+    import pyarrow as pa
     from pyspark.sql import DataFrame, Observation, SparkSession
     from sqlalchemy.engine import Connection
 
@@ -113,6 +114,36 @@ def check_batch(
     _explain(report, ids, counters)
     _samples(report, df, prior, cfg.quality.sample_rows)
     return _finish(spark, rt, report, batch, marks, started)
+
+
+def check_arrow_batch(
+    spark: SparkSession, cfg: PipelineConfig, *, stage: str, batch: NewBatch | None,
+    queue: str, table: pa.Table,
+) -> QualityReport | None:
+    """:func:`check_batch` for a batch the stage still holds in memory as Arrow.
+
+    The ``lcr_batch`` suite is validated (GX, pandas engine) on a rollup computed from
+    ``table`` (:mod:`changeflow.quality.arrow_facts`) without reading the batch back. A
+    batch that fails any check there is checked again by :func:`check_batch`, so a
+    failure is reported, sampled and set aside exactly as on the Spark path.
+
+    Args:
+        table: the batch's messages, exactly as written.
+    """
+    if batch is None or not cfg.quality.enabled:
+        return None
+    from changeflow.quality.arrow_facts import batch_facts
+
+    started = time.monotonic()
+    rt, qname = queue_site(cfg, queue)
+    found = batch_facts(table, results.prior_watermarks(rt.store, qname, batch.producer))
+    run = validate(found.rollup, "lcr_batch", blocking=blocking_policy(cfg))
+    if not run.success:
+        return check_batch(spark, cfg, stage=stage, batch=batch, queue=queue)
+    report = QualityReport(stage, qname, batch.batch_id, batch.n_messages)
+    report.runs.append(run)
+    _explain(report, found.ids, None)
+    return _finish(spark, rt, report, batch, found.watermarks, started)
 
 
 def _explain(report: QualityReport, ids: tuple[int, int], counters: HopCounters | None) -> None:

@@ -128,6 +128,12 @@ def spark_source() -> Any:
     return context().data_sources.add_spark("changeflow", persist=False)
 
 
+@cache
+def pandas_source() -> Any:
+    """The context's pandas data source, for small facts built without Spark."""
+    return context().data_sources.add_pandas("changeflow_pandas")
+
+
 def build_suite(name: str, only: set[str] | None = None) -> Any:
     """A GX ``ExpectationSuite`` from a project suite, optionally restricted to checks."""
     import great_expectations as gx
@@ -137,7 +143,22 @@ def build_suite(name: str, only: set[str] | None = None) -> Any:
     return gx.ExpectationSuite(name=spec["name"], expectations=exps, meta=spec.get("meta", {}))
 
 
+@cache
+def _pandas_batches() -> Any:
+    """One reusable batch definition for pandas facts (adding an asset saves the config)."""
+    return pandas_source().add_dataframe_asset("facts").add_batch_definition_whole_dataframe(
+        "whole")
+
+
+_pandas_lock = threading.Lock()
+
+
 def _run(df: DataFrame, suite: Any, result_format: str) -> Any:
+    fmt = {"result_format": result_format, "partial_unexpected_count": 5}
+    if type(df).__module__.startswith("pandas"):
+        with _pandas_lock:
+            return _pandas_batches().get_batch(batch_parameters={"dataframe": df}).validate(
+                suite, result_format=fmt)
     with _lock:
         _counter[0] += 1
         ds = spark_source()
@@ -146,18 +167,18 @@ def _run(df: DataFrame, suite: Any, result_format: str) -> Any:
         batch_parameters={"dataframe": df}
     )
     try:
-        return batch.validate(suite, result_format={"result_format": result_format,
-                                                    "partial_unexpected_count": 5})
+        return batch.validate(suite, result_format=fmt)
     finally:
         with _lock:
             ds.delete_asset(asset.name)
 
 
 def validate(df: DataFrame, suite_name: str, *, blocking: Any = None) -> SuiteRun:
-    """Validate a Spark DataFrame against a project suite.
+    """Validate a Spark (or pandas) DataFrame against a project suite.
 
     Args:
-        df: the DataFrame (usually facts, already cached by the caller).
+        df: the DataFrame (usually facts, already cached by the caller); a pandas
+            DataFrame is validated with GX's pandas engine.
         suite_name: a suite in ``changeflow/quality/suites``.
         blocking: a callable ``check -> bool`` telling which checks block.
 
