@@ -1,10 +1,11 @@
-"""Decoding wal2json (format version 2) output into row LCRs, column by column.
+"""Decoding wal2json (format version 2) output into complete source transactions.
 
 PostgreSQL's logical decoding hands a capture one JSON document per change, between
-``B`` (begin) and ``C`` (commit) documents of the same transaction. This module turns
-them into complete transactions (:class:`PgTransaction`) and then into an Arrow table
-following the LCR contract (:class:`LcrBuilder`), without Spark: a capture drains
-tens of thousands of changes per second this way.
+``B`` (begin) and ``C`` (commit) documents of the same transaction. A peek
+(:class:`Peek`) brings them as one JSON text the server joined, plus the LSN of each
+commit; this module decodes that text in one call (msgspec, numbers with a fraction as
+exact ``Decimal``) into complete transactions (:class:`PgTransaction`).
+:mod:`changeflow.capture.pg_lcr` turns them into an Arrow table of LCRs.
 
 Types are mapped by type OID (see :data:`TYPE_MAP` and ``docs/postgres.md``); a type
 outside the map is refused with :class:`UnsupportedTypeError` rather than guessed.
@@ -19,16 +20,14 @@ from __future__ import annotations
 
 import datetime as dt
 import decimal
-import json
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import Any
+
+import msgspec
 
 from changeflow import lcr
 from changeflow.errors import TerminalError
-
-if TYPE_CHECKING:
-    import pyarrow as pa
 
 
 class UnsupportedTypeError(TerminalError):
@@ -104,6 +103,46 @@ def int_to_lsn(value: int) -> str:
     return f"{value >> 32:X}/{value & 0xFFFFFFFF:X}"
 
 
+class Column(msgspec.Struct):
+    """One column of a change (``columns`` or ``identity``), as wal2json writes it."""
+
+    name: str
+    typeoid: int | None = None
+    value: Any = None
+    type: str | None = None
+
+
+class Change(msgspec.Struct):
+    """One wal2json format-2 document (begin, change, commit or logical message)."""
+
+    action: str
+    xid: int | None = None
+    timestamp: str | None = None
+    origin: int | None = None
+    schema: str = ""
+    table: str = ""
+    columns: list[Column] | None = None
+    identity: list[Column] | None = None
+
+
+_DECODER = msgspec.json.Decoder(list[Change], float_hook=decimal.Decimal)
+
+
+@dataclass
+class Peek:
+    """What one peek of the slot returned.
+
+    Attributes:
+        text: the documents joined by commas (a JSON array's body), in slot order.
+        commit_lsns: the LSN just past each commit record, in order (one per ``C``).
+        rows: how many documents the slot returned.
+    """
+
+    text: str
+    commit_lsns: list[int]
+    rows: int
+
+
 @dataclass
 class PgTransaction:
     """One committed source transaction, as decoded."""
@@ -112,227 +151,110 @@ class PgTransaction:
     end_lsn: int
     commit_time: dt.datetime
     origin: int
-    changes: list[dict[str, Any]] = field(default_factory=list)
+    changes: list[Change] = field(default_factory=list)
 
 
-def transactions(rows: Iterable[tuple[str, Any, str]]) -> Iterator[PgTransaction]:
-    """Group ``(lsn, xid, data)`` rows of ``pg_logical_slot_peek_changes`` by transaction.
+def decode(text: str) -> list[Change]:
+    """The documents of a peek (their JSON joined by commas).
+
+    Raises:
+        DecodeError: the text is not JSON documents of wal2json format 2.
+    """
+    try:
+        return _DECODER.decode("[" + text + "]")
+    except (msgspec.DecodeError, msgspec.ValidationError) as exc:
+        raise DecodeError(f"decoding output is not wal2json format 2: {exc}; "
+                          f"it begins {text[:200]!r}") from exc
+
+
+def transactions(peek: Peek) -> Iterator[PgTransaction]:
+    """The complete transactions of a peek, in commit order.
 
     A transaction is yielded when its ``C`` document arrives; its position is the
-    LSN just past its commit record (the ``lsn`` column of the ``C`` row), which is
-    where the slot must be advanced once the transaction is durably enqueued.
+    LSN just past its commit record, which is where the slot must be advanced once the
+    transaction is durably enqueued.
 
     Raises:
-        DecodeError: for a document that is not wal2json format 2.
+        DecodeError: for a document that is not wal2json format 2, or commits that do
+            not match the LSNs the server reported.
     """
-    rows = list(rows)
-    # One parse of a JSON array is much cheaper than one parse per document.
-    docs = json.loads("[" + ",".join(r[2] for r in rows) + "]", parse_float=decimal.Decimal)
-    current: PgTransaction | None = None
-    for (lsn, _xid, data), doc in zip(rows, docs, strict=True):
-        action = doc.get("action")
-        if action in ("I", "U", "D", "T"):
-            if current is None:
-                raise DecodeError(f"change at {lsn} outside a transaction")
-            current.changes.append(doc)
-        elif action == "B":
-            current = PgTransaction(int(doc["xid"]), 0, _timestamptz(doc["timestamp"]),
-                                    int(doc.get("origin") or 0))
-        elif action == "C":
-            if current is None:
-                raise DecodeError(f"commit at {lsn} without a begin")
-            current.end_lsn = lsn_to_int(lsn)
-            current.commit_time = _timestamptz(doc["timestamp"])
-            yield current
-            current = None
-        elif action != "M":  # logical messages are not captured
-            raise DecodeError(f"unknown wal2json action {action!r} at {lsn}: {data[:200]}")
+    docs = decode(peek.text) if peek.rows else []
+    if len(docs) != peek.rows:
+        raise DecodeError(f"the slot returned {peek.rows} documents but {len(docs)} decoded")
+    acts = [d.action for d in docs]
+    unknown = set(acts) - _ACTIONS
+    if unknown:
+        doc = docs[acts.index(min(unknown))]
+        raise DecodeError(f"unknown wal2json action {doc.action!r} in "
+                          f"{msgspec.json.encode(doc)[:200]!r}")
+    messages = "M" in set(acts)  # logical messages are not captured
+    lsns = iter(peek.commit_lsns)
+    begin, after = -1, 0
+    for i in [i for i, a in enumerate(acts) if a == "B" or a == "C"]:
+        if acts[i] == "B":
+            _outside(docs, acts, after, i)
+            begin = i
+            continue
+        end = next(lsns, None)
+        if begin < 0 or end is None:
+            raise DecodeError("commit without a begin, or without its commit LSN")
+        changes = docs[begin + 1:i]
+        first = docs[begin]
+        yield PgTransaction(int(first.xid or 0), end, _commit_time(docs[i]),
+                            int(first.origin or 0),
+                            [c for c in changes if c.action != "M"] if messages else changes)
+        begin, after = -1, i + 1
+    if begin < 0:
+        _outside(docs, acts, after, len(acts))
 
 
-_COMMANDS = {"I": "INSERT", "U": "UPDATE", "D": "DELETE"}
+def _outside(docs: list[Change], acts: list[str], start: int, stop: int) -> None:
+    """Refuse changes between transactions (only logical messages may be there)."""
+    for i in range(start, stop):
+        if acts[i] != "M":
+            doc = docs[i]
+            raise DecodeError(f"change of {doc.schema}.{doc.table} outside a transaction")
 
 
-def convert_columns(
-    doc: dict[str, Any], key: str, where: str
-) -> list[tuple[str, str, Any]] | None:
-    """``(CANONICAL_NAME, logical type, value)`` of a change's ``columns``/``identity``.
+_ACTIONS = frozenset(("B", "C", "I", "U", "D", "T", "M"))
+
+
+def _commit_time(doc: Change) -> dt.datetime:
+    if doc.timestamp is None:
+        raise DecodeError(f"wal2json {doc.action} document without a timestamp "
+                          "(include-timestamp must be on)")
+    return _timestamptz(doc.timestamp)
+
+
+COMMANDS = {"I": "INSERT", "U": "UPDATE", "D": "DELETE"}
+
+
+def unsupported_type(where: str, col: Column) -> UnsupportedTypeError:
+    """The error for a column whose type OID is not in :data:`TYPE_MAP`."""
+    return UnsupportedTypeError(
+        f"{where}.{col.name}: PostgreSQL type {col.type or col.typeoid!r} (oid {col.typeoid}) "
+        "is not supported by the LCR contract; capture a view or generated column that "
+        "casts it to a supported type, or leave the table out of the capture"
+    )
+
+
+def convert_value(where: str, col: Column, ltype: str, conv: Callable[[Any], Any]) -> Any:
+    """One column value as its logical type (the slow path, with a clear error).
 
     Raises:
-        UnsupportedTypeError: naming the table, column and type.
+        UnsupportedTypeError: naming the table, column, value and type.
     """
-    cols = doc.get(key)
-    if cols is None:
-        return None
-    out = []
-    canon = _canonical
-    for c in cols:
-        oid = c.get("typeoid")
-        mapped = TYPE_MAP.get(oid)
-        if mapped is None:
-            raise UnsupportedTypeError(
-                f"{where}.{c['name']}: PostgreSQL type {c.get('type', oid)!r} (oid {oid}) is "
-                "not supported by the LCR contract; capture a view or generated column that "
-                "casts it to a supported type, or leave the table out of the capture"
-            )
-        ltype, conv = mapped
-        value = c.get("value")
-        if value is not None and type(value) is not _NATIVE.get(ltype):
-            try:
-                value = conv(value)
-            except (ValueError, TypeError, decimal.InvalidOperation) as exc:
-                raise UnsupportedTypeError(
-                    f"{where}.{c['name']}: value {str(value)[:80]!r} of type "
-                    f"{TYPE_NAMES.get(oid, oid)} cannot be held as {ltype}: {exc}"
-                ) from exc
-        name = c["name"]
-        out.append((canon.get(name) or _canon(name), ltype, value))
-    return out
+    value = col.value
+    if value is None or type(value) is NATIVE.get(ltype):
+        return value
+    try:
+        return conv(value)
+    except (ValueError, TypeError, ArithmeticError) as exc:
+        raise UnsupportedTypeError(
+            f"{where}.{col.name}: value {str(value)[:80]!r} of type "
+            f"{TYPE_NAMES.get(col.typeoid or 0, col.typeoid)} cannot be held as {ltype}: {exc}"
+        ) from exc
 
 
 # JSON already gives these logical types their Python type: no conversion needed.
-_NATIVE: dict[str, type] = {"INTEGER": int, "VARCHAR2": str, "BOOLEAN": bool}
-_canonical: dict[str, str] = {}
-
-
-def _canon(name: str) -> str:
-    value = _canonical[name] = lcr.canonical_identifier(name)
-    return value
-
-
-class LcrBuilder:
-    """Accumulates row and DDL LCRs column by column and builds one Arrow table.
-
-    Args:
-        database: the source database global name (upper-cased in the LCRs).
-        key_columns: ``(schema, table) -> canonical key column names``.
-    """
-
-    _SCALARS = ("msg_id", "kind", "command_type", "object_owner", "object_name",
-                "object_type", "ddl_text", "tag", "transaction_id", "commit_scn",
-                "commit_time", "position", "key_columns")
-
-    def __init__(self, database: str, key_columns: Callable[[str, str], list[str]]):
-        self.database = database.upper()
-        self.db_id = lcr.message_id(self.database)[:8]
-        self.key_columns = key_columns
-        self.cols: dict[str, list[Any]] = {n: [] for n in self._SCALARS}
-        self.new = _MapBuilder()
-        self.old = _MapBuilder()
-        self.databases: list[str] = []
-
-    def __len__(self) -> int:
-        return len(self.cols["msg_id"])
-
-    def add(self, txn: PgTransaction, tag: bytes | None, database: str | None = None) -> int:
-        """Add every change of a transaction. Returns how many LCRs were added.
-
-        Args:
-            database: the source database of a forwarded transaction (an apply's
-                origin names it); default: the capture's own.
-        """
-        n = len(txn.changes)
-        row = self.cols
-        self.databases.extend([database or self.database] * n)
-        # A message id is the source database, the commit LSN and the position: stable
-        # across re-reads of the slot, so a replay is recognised.
-        prefix = f"{self.db_id}{txn.end_lsn:016x}"
-        row["msg_id"].extend(f"{prefix}{pos:08x}" for pos in range(1, n + 1))
-        row["tag"].extend([tag] * n)
-        row["transaction_id"].extend([str(txn.xid)] * n)
-        row["commit_scn"].extend([txn.end_lsn] * n)
-        row["commit_time"].extend([txn.commit_time] * n)
-        row["position"].extend(range(1, n + 1))
-        for doc in txn.changes:
-            self._add_change(doc)
-        return n
-
-    def _add_change(self, doc: dict[str, Any]) -> None:
-        row = self.cols
-        schema, table = doc["schema"], doc["table"]
-        row["object_owner"].append(_canonical.get(schema) or _canon(schema))
-        row["object_name"].append(_canonical.get(table) or _canon(table))
-        action = doc["action"]
-        if action == "T":
-            row["kind"].append("DDL")
-            row["command_type"].append("TRUNCATE TABLE")
-            row["object_type"].append("TABLE")
-            row["ddl_text"].append(f'TRUNCATE TABLE "{schema}"."{table}"')
-            row["key_columns"].append(None)
-            self.new.add(None)
-            self.old.add(None)
-            return
-        where = f"{schema}.{table}"
-        row["kind"].append("ROW")
-        row["command_type"].append(_COMMANDS[action])
-        row["object_type"].append(None)
-        row["ddl_text"].append(None)
-        row["key_columns"].append(self.key_columns(schema, table))
-        self.new.add(convert_columns(doc, "columns", where) if action != "D" else None)
-        self.old.add(convert_columns(doc, "identity", where) if action != "I" else None)
-
-    def to_arrow(self) -> pa.Table:
-        """The LCRs added so far, as a table following :func:`lcr.arrow_schema`."""
-        import pyarrow as pa
-
-        schema = lcr.arrow_schema()
-        n = len(self)
-        arrays = []
-        for f in schema:
-            if f.name == "schema_version":
-                arrays.append(pa.array([lcr.SCHEMA_VERSION] * n, f.type))
-            elif f.name == "origin":
-                arrays.append(pa.array(["CAPTURED"] * n, f.type))
-            elif f.name == "source_database_name":
-                arrays.append(pa.array(self.databases, f.type))
-            elif f.name == "new_values":
-                arrays.append(self.new.build(f.type))
-            elif f.name == "old_values":
-                arrays.append(self.old.build(f.type))
-            elif f.name in self.cols:
-                arrays.append(pa.array(self.cols[f.name], f.type))
-            else:
-                arrays.append(pa.nulls(n, f.type))
-        return pa.Table.from_arrays(arrays, schema=schema)
-
-
-# The value-struct field each logical type is stored in, in struct order.
-_FIELD_OF = {t.field: t.name for t in lcr.LOGICAL_TYPES.values()}
-
-
-class _MapBuilder:
-    """Builds a ``map<string, value struct>`` column from flat entry lists."""
-
-    def __init__(self) -> None:
-        self.offsets = [0]
-        self.valid: list[bool] = []
-        self.entries: list[tuple[str, str, Any]] = []
-
-    def add(self, entries: list[tuple[str, str, Any]] | None) -> None:
-        if entries is None:
-            self.valid.append(False)
-        else:
-            self.valid.append(True)
-            self.entries.extend(entries)
-        self.offsets.append(len(self.entries))
-
-    def build(self, map_type: pa.MapType) -> pa.Array:
-        import pyarrow as pa
-
-        keys, types, values = (list(x) for x in zip(*self.entries, strict=True)) if \
-            self.entries else ([], [], [])
-        struct_type = map_type.item_type
-        present = set(types)
-        children = [pa.array(types, pa.string())]
-        for f in list(struct_type)[1:]:
-            ltype = _FIELD_OF[f.name]
-            if ltype in present:
-                data = [v if t == ltype else None for v, t in zip(values, types, strict=True)]
-                children.append(pa.array(data, f.type))
-            else:
-                children.append(pa.nulls(len(types), f.type))
-        items = pa.StructArray.from_arrays(children, fields=list(struct_type))
-        mask = pa.array([not v for v in self.valid], pa.bool_())
-        return pa.MapArray.from_arrays(
-            pa.array(self.offsets, pa.int32()), pa.array(keys, pa.string()), items,
-            type=map_type, mask=mask,
-        )
+NATIVE: dict[str, type] = {"INTEGER": int, "VARCHAR2": str, "BOOLEAN": bool}

@@ -65,6 +65,17 @@ ORDER BY a.attnum
 """
 
 
+# One row per peek: the documents in slot order, joined, and the LSN past each commit.
+_PEEK_SQL = """
+SELECT string_agg(data, ',' ORDER BY n),
+       array_agg((lsn - '0/0'::pg_lsn)::bigint ORDER BY n)
+           FILTER (WHERE left(data, 13) = '{"action":"C"'),
+       count(*)
+FROM pg_logical_slot_peek_changes(%s, NULL, %s, VARIADIC %s::text[])
+     WITH ORDINALITY AS c(lsn, xid, data, n)
+"""
+
+
 def lock_key(slot: str) -> str:
     """The advisory-lock text a capture holds while it uses ``slot``."""
     return f"changeflow.pgcapture.{slot}"
@@ -252,14 +263,17 @@ class SlotReader:
             opts += ["add-tables", ",".join(adds)]
         return opts
 
-    def peek(self, limit: int) -> list[tuple[str, str, str]]:
-        """Up to about ``limit`` decoded rows, whole transactions only; not consumed."""
-        cur = self.conn.execute(
-            "SELECT lsn::text, xid::text, data FROM "
-            "pg_logical_slot_peek_changes(%s, NULL, %s, VARIADIC %s::text[])",
-            (self.source.slot, limit, self.options()),
-        )
-        return cur.fetchall()
+    def peek(self, limit: int) -> pg_decode.Peek:
+        """Up to about ``limit`` decoded rows, whole transactions only; not consumed.
+
+        The server joins the documents into one text (a JSON array's body) and lists the
+        LSN of each commit, so a peek costs one value per batch, not one row per change.
+        """
+        row = self.conn.execute(_PEEK_SQL, (self.source.slot, limit, self.options())
+                                ).fetchone()
+        if row is None or not row[2]:
+            return pg_decode.Peek("", [], 0)
+        return pg_decode.Peek(row[0] or "", [int(x) for x in row[1] or []], int(row[2]))
 
     def advance(self, lsn: int) -> None:
         """Acknowledge everything up to ``lsn``: the slot will not return it again."""

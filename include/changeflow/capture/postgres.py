@@ -31,7 +31,7 @@ from typing import TYPE_CHECKING, Any
 from sqlalchemy import select
 
 from changeflow import faults
-from changeflow.capture import pg_decode
+from changeflow.capture import pg_decode, pg_lcr
 from changeflow.capture.pg_source import SlotReader
 from changeflow.config import CaptureSpec, PipelineConfig, PostgresSource
 from changeflow.errors import ConfigError
@@ -130,20 +130,24 @@ def _filter(
     return rule_filter(df).toArrow()
 
 
-BatchCheck = Callable[[NewBatch], object]
+BatchCheck = Callable[[NewBatch, "pa.Table"], object]
 
 
 def _quality_check(
     spark: SparkSession | None, cfg: PipelineConfig, spec: CaptureSpec
 ) -> BatchCheck | None:
-    """The quality check of captured batches (it runs in Spark: none without a session)."""
+    """The quality check of captured batches (none without a session).
+
+    Checked on the batch's Arrow table in memory; a batch that fails is checked
+    again, and reported, by the Spark path (:func:`quality.check_arrow_batch`).
+    """
     if spark is None or not cfg.quality.enabled:
         return None
     from changeflow import quality
 
-    def check(batch: NewBatch) -> object:
-        return quality.check_batch(spark, cfg, stage=f"capture:{spec.name}", batch=batch,
-                                   queue=spec.queue)
+    def check(batch: NewBatch, table: pa.Table) -> object:
+        return quality.check_arrow_batch(spark, cfg, stage=f"capture:{spec.name}",
+                                         batch=batch, queue=spec.queue, table=table)
 
     return check
 
@@ -154,11 +158,13 @@ def _enqueue(
 ) -> int:
     """Write, check and commit one batch with the capture position. Returns messages enqueued."""
     dedup = f"pgcapture:{spec.name}:{pg_decode.int_to_lsn(last_lsn)}"
+    if table.num_rows:
+        table = arrow_io.conform_arrow(table, origin=f"capture {spec.name}")
     batch = arrow_io.write_arrow_batch(rt.catalog, queue, table, producer=f"capture:{spec.name}",
                                        dedup_key=dedup)
     report = None
     if check is not None and batch is not None:
-        report = check(batch)  # data-quality checks on the written, not yet visible batch
+        report = check(batch, table)  # quality checks on the written, not yet visible batch
     from changeflow import quality
 
     with rt.store.begin() as conn:
@@ -195,7 +201,7 @@ def capture_step(
     """Peek, enqueue and acknowledge one batch. Returns how many rows the slot gave."""
     src = pg_source(spec)
     rows = reader.peek(src.batch_changes)
-    if not rows:
+    if not rows.rows:
         return 0
     # Decoding builds millions of small objects that all live until the batch is
     # written; the cyclic GC would rescan them over and over for nothing.
@@ -209,13 +215,13 @@ def capture_step(
 
 def _capture_rows(
     reader: SlotReader, rt: SiteRuntime, queue: str, spec: CaptureSpec,
-    result: PgCaptureResult, rows: list[tuple[str, str, str]],
+    result: PgCaptureResult, rows: pg_decode.Peek,
     spark: SparkSession | None, rule_filter: RuleFilter | None, check: BatchCheck | None = None,
     lease: Lease | None = None,
 ) -> int:
     src = pg_source(spec)
     done = recorded_position(rt, spec) or 0
-    builder = pg_decode.LcrBuilder(src.database, reader.key_columns)
+    builder = pg_lcr.LcrBuilder(src.database, reader.key_columns)
     last = done
     for txn in pg_decode.transactions(rows):
         if txn.end_lsn <= done:
@@ -233,7 +239,7 @@ def _capture_rows(
         result.batches += 1
         result.last_lsn = pg_decode.int_to_lsn(last)
     reader.advance(last)
-    return len(rows)
+    return rows.rows
 
 
 def run_pg_capture(
