@@ -2,19 +2,18 @@
 
 from __future__ import annotations
 
-import datetime as dt
 import logging
-from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from changeflow import faults
 from changeflow import lcr as contract
-from changeflow.apply import errorq, pg_resolve
+from changeflow.apply import errorq, pg_bulk, pg_resolve
 from changeflow.apply.config import ConflictHandlerSpec
 from changeflow.apply.ddl import DdlError
 from changeflow.apply.errorq import FailedTxn
 from changeflow.apply.handlers import Handlers, load
 from changeflow.apply.pg_statements import TXN_SQL, StatementBuilder, ensure_bookkeeping
+from changeflow.apply.pg_txns import SourceTxn, decoded, source_transactions
 from changeflow.apply.positions import TxnId
 from changeflow.apply.records import Commit, DdlLCR, HandlerError, RowLCR, UserMessage
 from changeflow.capture.pg_decode import int_to_lsn
@@ -25,75 +24,10 @@ from changeflow.state import utcnow
 
 if TYPE_CHECKING:
     import psycopg
-    import pyarrow as pa
 
     from changeflow.state.leases import Lease
 
 log = logging.getLogger(__name__)
-_DICT_MAPS = ("old_values", "new_values")
-
-
-@dataclass
-class SourceTxn:
-    """One source transaction's LCRs, in position order (``raw``: contract rows)."""
-
-    database: str
-    commit_scn: int
-    transaction_id: str
-    commit_time: dt.datetime | None
-    lcrs: list[dict[str, Any]] = field(default_factory=list)
-    raw: list[dict[str, Any]] = field(default_factory=list)
-
-    @property
-    def id(self) -> TxnId:
-        """The transaction's identity."""
-        return TxnId(self.database, self.commit_scn, self.transaction_id)
-
-
-def _plain(values: Any) -> dict[str, Any] | None:
-    """A value map as ``{COLUMN: python value}`` (from structs, pairs or plain values)."""
-    if values is None:
-        return None
-    items = values.items() if isinstance(values, dict) else values
-    out = {}
-    for k, v in items:
-        out[k] = contract.decode_value(v) if isinstance(v, dict) and "type" in v else v
-    return out
-
-
-def _decoded(row: dict[str, Any]) -> dict[str, Any]:
-    out = dict(row)
-    for m in _DICT_MAPS:
-        out[m] = _plain(row.get(m))
-    return out
-
-
-def source_transactions(table: pa.Table) -> tuple[list[SourceTxn], list[dict[str, Any]]]:
-    """Group the LCRs into source transactions in commit order; user messages apart.
-
-    Returns:
-        The transactions (duplicated message ids dropped) and the user messages.
-    """
-    rows = table.to_pylist()
-    rows.sort(key=lambda m: (m["kind"] == "USER", m["commit_scn"] or 0,
-                             m["source_database_name"] or "", m["transaction_id"] or "",
-                             m["position"] or 0))
-    out: list[SourceTxn] = []
-    users: list[dict[str, Any]] = []
-    seen: set[str] = set()
-    for m in rows:
-        if m["kind"] == "USER":
-            users.append(m)
-            continue
-        if m["msg_id"] in seen:
-            continue
-        seen.add(m["msg_id"])
-        key = (m["source_database_name"], m["commit_scn"], m["transaction_id"])
-        if not out or (out[-1].database, out[-1].commit_scn, out[-1].transaction_id) != key:
-            out.append(SourceTxn(key[0], key[1], key[2], m["commit_time"]))
-        out[-1].raw.append(m)
-        out[-1].lcrs.append(_decoded(m))
-    return out, users
 
 
 class TxnFailed(Exception):
@@ -122,6 +56,9 @@ class PgApplier:
         self._origin: str | None = None
         self._failing: str | None = None
         self._known_errors = errorq.keys(rt.store, spec.name)
+        plain = not handlers.dml and handlers.ddl is None and handlers.precommit is None
+        self.bulk = pg_bulk.BulkApplier(conn, self.builder) \
+            if plain and spec.conflicts.detect else None
 
     # -- setup ---------------------------------------------------------------------------
     def check_handlers(self) -> None:
@@ -209,18 +146,20 @@ class PgApplier:
         for txn in txns:
             if self.result.stopped:
                 return
-            if group and (size + len(txn.lcrs) > self.target.group_changes
+            if group and (size + txn.size > self.target.group_changes
                           or txn.database != group[0].database):
                 self._group(group)
                 group, size = [], 0
             group.append(txn)
-            size += len(txn.lcrs)
+            size += txn.size
         if group and not self.result.stopped:
             self._group(group)
 
     def _group(self, group: list[SourceTxn]) -> None:
         import psycopg
 
+        if self.bulk is not None and self._bulk(group, self.bulk):
+            return
         ready: list[tuple[SourceTxn, list[Any]]] = []
         for txn in group:
             try:
@@ -242,6 +181,33 @@ class PgApplier:
                     return
             return
         self._done([t for t, _ in ready])
+
+    def _bulk(self, group: list[SourceTxn], bulk: pg_bulk.BulkApplier) -> bool:
+        """Apply a group set-based (:mod:`.pg_bulk`); False: it goes statement by statement."""
+        import psycopg
+
+        try:
+            tables = pg_bulk.net(self.builder, group)
+            with self.conn.transaction():
+                self._begin(group[-1])
+                bulk.apply(tables, group, self.spec.name)
+                if self.lease is not None:
+                    self.lease.check()
+                faults.point("apply.before_commit")
+            faults.point("apply.after_commit")
+        except pg_bulk.NotBulk as exc:
+            log.debug("apply %s: group of %s transactions one by one: %s", self.spec.name,
+                      len(group), exc)
+            return False
+        except psycopg.OperationalError as exc:
+            raise self._transient(exc) from exc
+        except psycopg.Error as exc:
+            log.debug("apply %s: group of %s transactions one by one: %s", self.spec.name,
+                      len(group), _first_line(exc))
+            return False
+        self._done(group)
+        self.result.set_based += len(group)
+        return True
 
     def _alone(self, txn: SourceTxn, statements: list[Any]) -> bool:
         failed = self.attempt(txn, statements)
@@ -349,7 +315,7 @@ class PgApplier:
                     f"{'DDL' if m['kind'] == 'DDL' else 'DML'} handler {label} raised on "
                     f"{table} {m['command_type']}: {type(exc).__name__}: {exc}"), "handler")
                 ) from exc
-            out.extend(_decoded(r) for r in rec.executed)
+            out.extend(decoded(r) for r in rec.executed)
         return out
 
     def _precommit(self, txn: SourceTxn) -> None:
@@ -400,8 +366,11 @@ class PgApplier:
     def _done(self, group: list[SourceTxn]) -> None:
         r = self.result
         r.transactions += len(group)
-        r.changes += sum(len(t.lcrs) for t in group)
-        r.ddl += sum(1 for t in group for m in t.lcrs if m["kind"] == "DDL")
+        r.changes += sum(t.size for t in group)
+        ddl = sum(t.count("DDL") for t in group)
+        r.ddl += ddl
+        if ddl and self.bulk is not None:
+            self.bulk.forget()
         resolved = [self._known_errors.pop(t.id.key) for t in group
                     if t.id.key in self._known_errors]
         if resolved:

@@ -61,7 +61,7 @@ def resolve(builder: StatementBuilder, conn: psycopg.Connection[Any], m: dict[st
     keys = list(m["key_columns"] or old or new)
     where = [(k, old[k] if k in old else new.get(k)) for k in keys]
     current = builder.current_row(owner, name, where)
-    compare = [c for c, _ in builder._compared(owner, name, old, keys)]
+    compare = [c for c, _ in builder.compared(owner, name, old, keys)]
     compare = [c[1:] for c in compare]
     cols = list(current or new)
     table = TargetTable(f"{owner}.{name}".lower(), "", [k.lower() for k in keys],

@@ -142,6 +142,7 @@ class StatementBuilder:
         self.compare = {k.lower(): [c.upper() for c in v] for k, v in (compare or {}).items()}
         self._sql: dict[tuple[Any, ...], str] = {}
         self._import_cols: dict[str, list[str]] = {}
+        self._commands: dict[tuple[str, str], lcr.CommandType] = {}
 
     def schema_of(self, owner: str) -> str:
         """The target schema of an LCR owner."""
@@ -166,7 +167,10 @@ class StatementBuilder:
             UnknownCommandTypeError: a command type the contract does not know.
             DdlError: a DDL statement that is not executed.
         """
-        cmd = lcr.CommandType.parse(m["command_type"], kind=m["kind"])
+        cmd = self._commands.get((m["command_type"], m["kind"]))
+        if cmd is None:
+            cmd = lcr.CommandType.parse(m["command_type"], kind=m["kind"])
+            self._commands[(m["command_type"], m["kind"])] = cmd
         owner, name = m["object_owner"], m["object_name"]
         if m["kind"] == "DDL":
             return self.ddl(m)
@@ -181,7 +185,7 @@ class StatementBuilder:
                 return self._insert(owner, name, new, m["msg_id"])
             return self.upsert(owner, name, new, keys, m["msg_id"])
         where = [(k, old[k] if k in old else new.get(k)) for k in keys]
-        checked = self._compared(owner, name, old, keys) if self.detect else []
+        checked = self.compared(owner, name, old, keys) if self.detect else []
         if cmd is lcr.CommandType.UPDATE:
             moved = any(k in new and k in old and new[k] != old[k] for k in keys)
             if not self.detect and not moved:
@@ -190,7 +194,7 @@ class StatementBuilder:
                                 expect=self.detect)
         return self._delete(owner, name, where + checked, m["msg_id"], expect=self.detect)
 
-    def _compared(self, owner: str, name: str, old: dict[str, Any], keys: list[str]
+    def compared(self, owner: str, name: str, old: dict[str, Any], keys: list[str]
                   ) -> list[tuple[str, Any]]:
         """(column, old value) pairs an UPDATE/DELETE must match besides the key."""
         wanted = self.compare.get(f"{owner}.{name}".lower())

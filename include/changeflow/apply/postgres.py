@@ -22,7 +22,12 @@ queue's pending batches (rounds of at most its pass limits) to a PostgreSQL data
   :mod:`.errorq`) and is marked done in the target; the apply carries on unless
   ``stop_on_error``. A lost connection is transient and re-raised.
 
-Statements are sent in pipeline mode (psycopg 3) and prepared once per shape.
+A group is first applied *set-based* (:mod:`.pg_bulk`): its changes netted per key and
+run as a few ``UPDATE ... FROM unnest(...)``-style statements per table, checking the
+old values as the statements would have; anything that approach cannot prove equal
+(handlers, DDL, a conflict, triggers) goes statement by statement instead: in pipeline
+mode (psycopg 3), prepared once per shape. Simple rule sets are decided over Arrow
+(:mod:`changeflow.rules.arrow_filter`), others in Spark.
 
 Entry point: :func:`apply_pg_once`.
 """
@@ -73,6 +78,7 @@ class PgApplyResult:
     messages: int = 0
     changes: int = 0
     transactions: int = 0
+    set_based: int = 0  # of ``transactions``, those applied in set-based groups
     skipped: int = 0
     errors: int = 0
     error_ids: list[int] = field(default_factory=list)
@@ -104,8 +110,19 @@ def origin_name(spec: ApplySpec, source: str | None = None) -> str:
 def _read(spark: SparkSession | None, cfg: PipelineConfig, batches: list[Batch],
           rule_filter: RuleFilter | None, dests: list[enq.Destination], apply: str,
           result: PgApplyResult) -> pa.Table:
-    if rule_filter is None and not dests:
-        return arrow_io.read_arrow_batches(batches)
+    if not dests:
+        table = arrow_io.read_arrow_batches(batches)
+        if rule_filter is None:
+            return table
+        pair = getattr(rule_filter, "rule_sets", None)
+        if pair is not None:
+            # simple rule sets (system-created global, schema and table rules) are
+            # decided over Arrow, as the capture does: no JVM round trip
+            from changeflow.rules.arrow_filter import filter_table
+
+            kept = filter_table(pair, table)
+            if kept is not None:
+                return kept
     if spark is None:
         raise ConfigError("an apply with rule sets or enqueue destinations needs a "
                           "SparkSession (rules run in Spark)")

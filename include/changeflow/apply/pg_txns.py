@@ -1,0 +1,192 @@
+"""Source transactions out of an Arrow table of LCRs (for the PostgreSQL apply).
+
+The table is sorted in Arrow, its columns are turned into Python lists one column at
+a time and the value maps are decoded entry by entry from their flattened children:
+no per-row struct dicts are built. The contract rows (``SourceTxn.raw``, for handlers
+and the error queue) are made only when asked for.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from functools import cached_property
+from typing import TYPE_CHECKING, Any
+
+from changeflow import lcr as contract
+from changeflow.apply.positions import TxnId
+from changeflow.errors import SchemaMismatchError
+
+if TYPE_CHECKING:
+    import pyarrow as pa
+
+_MAPS = ("old_values", "new_values")
+_FIELD = {name: t.field for name, t in contract.LOGICAL_TYPES.items()}
+_ORDER = ("commit_scn", "source_database_name", "transaction_id", "position")
+#: The fields of a row or DDL LCR the apply reads (``raw`` has all of them).
+_FIELDS = ("msg_id", "kind", "source_database_name", "command_type", "object_owner",
+           "object_name", "object_type", "base_table_owner", "base_table_name", "ddl_text",
+           "tag", "transaction_id", "commit_scn", "commit_time", "position", "key_columns")
+
+
+@dataclass
+class SourceTxn:
+    """One source transaction's LCRs, in position order.
+
+    ``lcrs`` are the LCRs with their value maps decoded to ``{COLUMN: value}`` (given,
+    or made on first use from ``columns``, rows ``rows``); ``raw`` the contract rows
+    (from ``source``), made on first use.
+    """
+
+    database: str
+    commit_scn: int
+    transaction_id: str
+    commit_time: dt.datetime | None
+    given: list[dict[str, Any]] = field(default_factory=list)
+    rows: list[int] = field(default_factory=list)
+    source: pa.Table | None = field(default=None, repr=False)
+    columns: dict[str, list[Any]] | None = field(default=None, repr=False)
+
+    @property
+    def id(self) -> TxnId:
+        """The transaction's identity."""
+        return TxnId(self.database, self.commit_scn, self.transaction_id)
+
+    @property
+    def size(self) -> int:
+        """Its number of LCRs."""
+        return len(self.rows) if self.columns is not None else len(self.given)
+
+    @cached_property
+    def lcrs(self) -> list[dict[str, Any]]:
+        """The LCRs as dicts, value maps decoded."""
+        if self.columns is None:
+            return self.given
+        cols = self.columns.items()
+        return [{name: values[i] for name, values in cols} for i in self.rows]
+
+    def changes(self) -> Iterator[tuple[Any, ...]]:
+        """``(kind, command_type, owner, name, key_columns, new, old)`` per LCR."""
+        if self.columns is None:
+            for m in self.given:
+                yield (m["kind"], m["command_type"], m["object_owner"], m["object_name"],
+                       m["key_columns"], m["new_values"], m["old_values"])
+            return
+        c = self.columns
+        yield from ((c["kind"][i], c["command_type"][i], c["object_owner"][i],
+                     c["object_name"][i], c["key_columns"][i], c["new_values"][i],
+                     c["old_values"][i]) for i in self.rows)
+
+    def count(self, kind: str) -> int:
+        """How many of its LCRs are of ``kind`` (ROW, DDL)."""
+        if self.columns is None:
+            return sum(1 for m in self.given if m["kind"] == kind)
+        kinds = self.columns["kind"]
+        return sum(1 for i in self.rows if kinds[i] == kind)
+
+    @cached_property
+    def raw(self) -> list[dict[str, Any]]:
+        """The transaction's LCRs as contract rows (value maps as Arrow gives them)."""
+        if self.source is None:
+            return []
+        return self.source.take(self.rows).to_pylist()
+
+
+def value_maps(column: pa.ChunkedArray | pa.Array) -> list[dict[str, Any] | None]:
+    """A column of typed-value maps as ``{COLUMN: python value}`` dicts (None for null).
+
+    >>> import pyarrow as pa
+    >>> from changeflow import lcr
+    >>> t = lcr.arrow_schema().field("new_values").type
+    >>> v = lcr.encode_value(7, "INTEGER")
+    >>> value_maps(pa.array([[("ID", v)], None], t))
+    [{'ID': 7}, None]
+
+    Raises:
+        SchemaMismatchError: a value of an unknown logical type.
+    """
+    import pyarrow as pa
+
+    arr = column.combine_chunks() if isinstance(column, pa.ChunkedArray) else column
+    offsets = arr.offsets.to_pylist()
+    valid = arr.is_valid().to_pylist()
+    keys = arr.keys.to_pylist()
+    items = arr.items
+    types = items.field("type").to_pylist()
+    by_field: dict[str, list[Any]] = {}
+    for t in set(types):
+        if t is None:
+            continue
+        f = _FIELD.get(t)
+        if f is None:
+            raise SchemaMismatchError(f"unknown logical type {t!r}")
+        by_field[t] = items.field(f).to_pylist()
+    values = [None if t is None else by_field[t][i] for i, t in enumerate(types)]
+    return [dict(zip(keys[a:b], values[a:b], strict=True)) if ok else None
+            for a, b, ok in zip(offsets, offsets[1:], valid, strict=False)]
+
+
+def decoded(row: dict[str, Any]) -> dict[str, Any]:
+    """A contract row with its value maps as ``{COLUMN: python value}``.
+
+    >>> from changeflow import lcr
+    >>> decoded({"new_values": [("ID", lcr.encode_value(7, "INTEGER"))], "old_values": None})
+    {'new_values': {'ID': 7}, 'old_values': None}
+    """
+    out = dict(row)
+    for m in _MAPS:
+        values = row.get(m)
+        if values is not None:
+            items = values.items() if isinstance(values, dict) else values
+            values = {k: contract.decode_value(v) if isinstance(v, dict) and "type" in v
+                      else v for k, v in items}
+        out[m] = values
+    return out
+
+
+def _sorted(table: pa.Table) -> pa.Table:
+    """Row LCRs first, by commit position, database, transaction and position."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    keys = {"u": pc.equal(table.column("kind"), "USER")}
+    for name in _ORDER:
+        col = table.column(name)
+        keys[name] = pc.fill_null(col, "" if pa.types.is_string(col.type) else 0)
+    order = pc.sort_indices(pa.table(keys), sort_keys=[(k, "ascending") for k in keys])
+    return table.take(order)
+
+
+def source_transactions(table: pa.Table) -> tuple[list[SourceTxn], list[dict[str, Any]]]:
+    """Group the LCRs into source transactions in commit order; user messages apart.
+
+    Returns:
+        The transactions (duplicated message ids dropped) and the user messages.
+    """
+    if table.num_rows == 0:
+        return [], []
+    table = _sorted(table)
+    kinds = table.column("kind").to_pylist()
+    n_rows = next((i for i, k in enumerate(kinds) if k == "USER"), len(kinds))
+    users = table.slice(n_rows).to_pylist()
+    table = table.slice(0, n_rows)
+    names = [c for c in _FIELDS if c in table.column_names]
+    columns = {c: table.column(c).to_pylist() for c in names}
+    columns.update((m, value_maps(table.column(m))) for m in _MAPS)
+    out: list[SourceTxn] = []
+    seen: set[str] = set()
+    unique = len(set(columns["msg_id"])) == n_rows
+    last: tuple[Any, ...] | None = None
+    for i, key in enumerate(zip(columns["source_database_name"], columns["commit_scn"],
+                                columns["transaction_id"], strict=True)):
+        if not unique:  # a re-delivered message: apply it once
+            if columns["msg_id"][i] in seen:
+                continue
+            seen.add(columns["msg_id"][i])
+        if key != last:
+            out.append(SourceTxn(key[0], key[1], key[2], columns["commit_time"][i],
+                                 source=table, columns=columns))
+            last = key
+        out[-1].rows.append(i)
+    return out, users
