@@ -319,18 +319,46 @@ def _lit(text: str) -> str:
     return "'" + text.replace("\\", "\\\\").replace("'", "\\'") + "'"
 
 
+def _slot(img: str, i: int) -> str:
+    return f"cf_{img}_{i}"
+
+
+def decoded_slots(tables: dict[str, TableTypes]) -> list[Column]:
+    """Pass 2's first projection: every value of both images decoded once.
+
+    Slot ``i`` of an image holds the ``i``-th column of the row's table as an LCR value
+    struct (one type for every column type). The LCR's maps and the value checks then
+    read the slots, so Spark does not decode a value once for each place that uses it.
+    """
+    from pyspark.sql import functions as F
+
+    width = max((len(tt.columns) for tt in tables.values()), default=0)
+    out = []
+    for img in ("before", "after"):
+        for i in range(width):
+            def build(tt: TableTypes, i: int = i, img: str = img) -> Column:
+                if i >= len(tt.columns):
+                    return F.lit(None)
+                name, ft = list(tt.columns.items())[i]
+                decoded = F.expr(T.decode_sql(f"`e`.`{img}`[{_lit(name)}]", ft))
+                return values.value_struct(decoded, ft.logical)
+
+            out.append(_per_table(tables, build, F.lit(None)).alias(_slot(img, i)))
+    return out
+
+
 def _image_map(img: str, tt: TableTypes) -> Column:
     """The LCR value map of row image ``e.<img>``; a value of the wrong type fails the job."""
     from pyspark.sql import functions as F
 
     ref = f"`e`.`{img}`"
     entries, checks = [], []
-    for name, ft in tt.columns.items():
+    for i, (name, ft) in enumerate(tt.columns.items()):
         raw = f"{ref}[{_lit(name)}]"
-        decoded = F.expr(T.decode_sql(raw, ft))
+        slot = F.col(_slot(img, i))
         entries.append(F.when(F.expr(f"map_contains_key({ref}, {_lit(name)})"), F.struct(
-            F.lit(lcr.canonical_identifier(name)).alias("key"),
-            values.value_struct(decoded, ft.logical).alias("value"))))
+            F.lit(lcr.canonical_identifier(name)).alias("key"), slot.alias("value"))))
+        decoded = slot.getField(lcr.LOGICAL_TYPES[ft.logical].field)
         checks.append(F.when(F.expr(raw).isNotNull() & decoded.isNull(), F.concat(
             F.lit(f"{tt.label}.{name}: value "), F.substring(F.expr(raw), 1, 60),
             F.lit(f" is not a {ft.logical} (Debezium codec {ft.codec})"))))
@@ -425,7 +453,8 @@ def to_lcrs(df: DataFrame, source: DebeziumSource, tables: dict[str, TableTypes]
     }
     if not source.include_tagged_lcr:
         events = events.where(src["cf_tag"].isNull())
-    return events.select(*[_field(f, given) for f in lcr.LCR_FIELDS])
+    return events.select("*", *decoded_slots(tables)) \
+        .select(*[_field(f, given) for f in lcr.LCR_FIELDS])
 
 
 def _field(spec: tuple[str, str, bool], given: dict[str, Column]) -> Column:
