@@ -114,15 +114,13 @@ def _read(spark: SparkSession | None, cfg: PipelineConfig, batches: list[Batch],
         table = arrow_io.read_arrow_batches(batches)
         if rule_filter is None:
             return table
-        pair = getattr(rule_filter, "rule_sets", None)
-        if pair is not None:
-            # simple rule sets (system-created global, schema and table rules) are
-            # decided over Arrow, as the capture does: no JVM round trip
-            from changeflow.rules.arrow_filter import filter_table
+        # simple rule sets (system-created global, schema and table rules) are
+        # decided over Arrow, as the capture does: no JVM round trip
+        from changeflow.rules.arrow_filter import filter_for_client
 
-            kept = filter_table(pair, table)
-            if kept is not None:
-                return kept
+        kept = filter_for_client(rule_filter, table)
+        if kept is not None:
+            return kept
     if spark is None:
         raise ConfigError("an apply with rule sets or enqueue destinations needs a "
                           "SparkSession (rules run in Spark)")

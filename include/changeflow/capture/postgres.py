@@ -115,13 +115,11 @@ def _filter(
     """
     if rule_filter is None or table.num_rows == 0:
         return table
-    pair = getattr(rule_filter, "rule_sets", None)
-    if pair is not None:
-        from changeflow.rules.arrow_filter import filter_table
+    from changeflow.rules.arrow_filter import filter_for_client
 
-        kept = filter_table(pair, table)
-        if kept is not None:
-            return kept
+    kept = filter_for_client(rule_filter, table)
+    if kept is not None:
+        return kept
     if spark is None:
         raise ConfigError("a capture with rule sets needs a SparkSession (rules run in Spark)")
     from changeflow import lcr

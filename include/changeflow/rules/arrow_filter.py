@@ -71,3 +71,11 @@ def filter_table(pair: RuleSetPair, table: pa.Table) -> pa.Table | None:
     if len(kept) == len(pc.unique(keys)):
         return table
     return table.filter(pc.is_in(keys, value_set=pa.array(kept, pa.string())))
+
+
+def filter_for_client(rule_filter: Any, table: pa.Table) -> pa.Table | None:
+    """``table`` filtered by a client's rule filter over Arrow, or ``None`` when its rule
+    sets are not simple enough (the caller runs them in Spark then)."""
+    pair = getattr(rule_filter, "rule_sets", None)
+    return filter_table(pair, table) if pair is not None else None
+
