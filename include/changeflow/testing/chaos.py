@@ -102,10 +102,16 @@ class Figures:
     target_mismatches: int = 0
     by_scenario: dict[str, int] = field(default_factory=dict)
     failures: list[str] = field(default_factory=list)
+    progress: bool = field(default=False, repr=False)
+    started: float = field(default_factory=time.monotonic, repr=False)
 
     def count(self, scenario: str) -> None:
         self.trials += 1
         self.by_scenario[scenario] = self.by_scenario.get(scenario, 0) + 1
+        if self.progress:  # the long size runs for an hour: say where it is
+            print(f"[{time.monotonic() - self.started:7.0f} s] trial {self.trials}: {scenario}"
+                  f" (kills {self.kills}, lost {self.lost}, duplicated {self.duplicated},"
+                  f" failures {len(self.failures)})", file=sys.stderr, flush=True)
 
     @property
     def ok(self) -> bool:
@@ -361,10 +367,10 @@ def outage_trial(rig: Rig, figures: Figures) -> dict[str, Any]:
 
 def run_suite(spark: SparkSession, root: Path, *, kill_rounds: int, concurrency_rounds: int,
               outage: bool, seed: int, state_urls: tuple[str, str] | None = None,
-              pgbench_seconds: int = 0) -> dict:
+              pgbench_seconds: int = 0, progress: bool = False) -> dict:
     """Run the trials in a fresh rig under ``root``. Returns the figures as a dict."""
     rng = random.Random(seed)
-    figures = Figures()
+    figures = Figures(progress=progress)
     rig = Rig(root, spark, state_urls=state_urls)
     rig.run("capture")
     rig.check(figures, "initial load")
@@ -386,7 +392,11 @@ def run_suite(spark: SparkSession, root: Path, *, kill_rounds: int, concurrency_
         pg_root.mkdir()
         extra["pgbench"] = pgbench_trial(spark, pg_root, figures, seconds=pgbench_seconds,
                                          rng=rng, state_urls=None)
-    return {**asdict(figures), "ok": figures.ok, **extra}
+    figures_dict = asdict(figures)
+    for private in ("progress", "started"):
+        figures_dict.pop(private)
+    return {**figures_dict, "ok": figures.ok, "seconds": round(time.monotonic()
+            - figures.started), **extra}
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -424,7 +434,7 @@ def main(argv: list[str] | None = None) -> int:
                                            concurrency_rounds=args.concurrency_rounds,
                                            outage=True, seed=args.seed, state_urls=urls,
                                            pgbench_seconds=args.pgbench_seconds
-                                           if label == "sqlite" else 0)
+                                           if label == "sqlite" else 0, progress=True)
             finally:
                 shutil.rmtree(work, ignore_errors=True)
             Path(args.out).write_text(json.dumps(results, indent=2, default=str))
