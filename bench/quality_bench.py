@@ -130,7 +130,7 @@ def _validate(spark: SparkSession, cfg: Any, queue: str, hop: Any) -> tuple[floa
 def _batches(rt: Any, queue: str) -> list[Any]:
     from sqlalchemy import select
 
-    from changeflow.queues.catalog import _batch
+    from changeflow.queues.catalog import batch_from_row as _batch
     from changeflow.state import schema
 
     B = schema.queue_batches

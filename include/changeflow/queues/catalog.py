@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import datetime as dt
 import uuid
-from dataclasses import dataclass
 from typing import Any
 
 from sqlalchemy import delete, func, select, update
@@ -28,80 +27,25 @@ from changeflow.errors import (
     TerminalError,
 )
 from changeflow.fs import join
+from changeflow.queues.model import (  # re-exported: the catalog's records
+    QUARANTINED,
+    QUEUE_PROPERTIES,
+    READY,
+    Batch,
+    ConsumerInfo,
+    NewBatch,
+    QueueInfo,
+    batch_from_row,
+)
 from changeflow.state import StateStore, schema, utcnow
+
+__all__ = ["QUARANTINED", "QUEUE_PROPERTIES", "READY", "Batch", "ConsumerInfo", "NewBatch",
+           "QueueCatalog", "QueueInfo", "batch_from_row"]
 
 Q = schema.queues
 B = schema.queue_batches
 C = schema.queue_consumers
 R = schema.batch_recipients
-
-READY = "ready"
-QUARANTINED = "quarantined"
-#: Queue properties ``create_queue``/``alter_queue`` accept besides the name.
-QUEUE_PROPERTIES = ("queue_table", "sort_order", "multiple_consumers", "queue_type",
-                    "payload_type", "max_retries", "retry_delay", "retention_time", "secure",
-                    "enqueue_enabled", "dequeue_enabled", "comment")
-
-
-@dataclass(frozen=True)
-class Batch:
-    """One committed batch of a queue."""
-
-    seq: int
-    queue: str
-    batch_id: str
-    path: str
-    n_messages: int
-    n_bytes: int
-    producer: str
-    dedup_key: str | None
-    source_last_seq: int | None
-    min_commit_scn: int | None = None
-    max_commit_scn: int | None = None
-
-
-@dataclass(frozen=True)
-class NewBatch:
-    """What an enqueue hands to :meth:`QueueCatalog.commit_batch`."""
-
-    batch_id: str
-    path: str
-    n_messages: int
-    n_bytes: int
-    producer: str
-    dedup_key: str | None = None
-    source_last_seq: int | None = None
-    min_commit_scn: int | None = None
-    max_commit_scn: int | None = None
-    oldest_time: dt.datetime | None = None
-    source_first_seq: int | None = None
-
-
-@dataclass(frozen=True)
-class ConsumerInfo:
-    """A consumer of a queue and its position."""
-
-    queue: str
-    consumer: str
-    kind: str
-    position: int
-    pending_batches: int
-    pending_messages: int
-
-
-@dataclass(frozen=True)
-class QueueInfo:
-    """A queue's depth, oldest message and consumers, as the CLI shows them."""
-
-    name: str
-    queue_table: str
-    sort_order: str
-    depth: int
-    batches: int
-    bytes: int
-    oldest_time: dt.datetime | None
-    consumers: list[ConsumerInfo]
-
 
 def _holders() -> list[tuple[Any, dict[str, Any]]]:
     """Other tables holding a queue's messages (user messages): ``info['queue_messages']``."""
@@ -126,21 +70,7 @@ def _discard_elsewhere(conn: Connection, queue: str) -> None:
         conn.execute(delete(t).where(t.c[spec["column"]] == queue))
 
 
-def _batch(row: object) -> Batch:
-    m = row._mapping  # type: ignore[attr-defined]
-    return Batch(
-        seq=m["seq"],
-        queue=m["queue"],
-        batch_id=m["batch_id"],
-        path=m["path"],
-        n_messages=m["n_messages"],
-        n_bytes=m["n_bytes"],
-        producer=m["producer"],
-        dedup_key=m["dedup_key"],
-        source_last_seq=m["source_last_seq"],
-        min_commit_scn=m["min_commit_scn"],
-        max_commit_scn=m["max_commit_scn"],
-    )
+_batch = batch_from_row  # the name other modules import
 
 
 class QueueCatalog:
