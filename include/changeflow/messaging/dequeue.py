@@ -32,6 +32,7 @@ from sqlalchemy import (
     bindparam,
     delete,
     exists,
+    literal_column,
     not_,
     or_,
     select,
@@ -399,10 +400,28 @@ def peek(conn: Connection, props: D.QueueProps, consumer: str,
     message might be available.
 
     "Might": a READY unlocked message, a delayed one now due, or a lapsed lock (a
-    read; the write attempt then decides).
+    read; the write attempt then decides). The row also tells whether the queue's
+    housekeeping has work (``due``: a delayed message of any consumer is due;
+    ``locked``: some message is locked): see :func:`peek_statement`.
     """
-    mine = and_(M.c.queue == props.name, M.c.consumer == consumer, M.c.address == "")
-    if props.is_exception:
+    row = conn.execute(peek_statement(props.is_exception),
+                       {"p_queue": props.name, "p_consumer": consumer, "p_now": now}).first()
+    return row, bool(row is not None and row.maybe)
+
+
+@functools.lru_cache(maxsize=2)
+def peek_statement(exception: bool) -> Select[Any]:
+    """:func:`peek`'s query, with bind parameters ``p_queue``, ``p_consumer``, ``p_now``.
+
+    Columns: ``status``, ``dequeue_enabled``, ``maybe``, ``due``, ``locked``, ``dver``.
+    Built once (and compiled once by :mod:`changeflow.messaging.wire` on the hot path).
+    """
+    now = bindparam("p_now", type_=M.c.visible_at.type)
+    queue = bindparam("p_queue", type_=M.c.queue.type)
+    mine = and_(M.c.queue == queue, M.c.consumer == bindparam("p_consumer",
+                                                               type_=M.c.consumer.type),
+                M.c.address == "")
+    if exception:
         cand = and_(mine, M.c.state.in_(EXCEPTION_STATES), M.c.lock_txn.is_(None))
     else:
         cand = and_(mine, or_(
@@ -410,8 +429,12 @@ def peek(conn: Connection, props: D.QueueProps, consumer: str,
                  or_(M.c.expire_at.is_(None), M.c.expire_at > now)),
             and_(M.c.state == State.WAITING.value, M.c.visible_at <= now),
             and_(M.c.lock_txn.is_not(None), M.c.lock_expires <= now)))
-    row = conn.execute(select(Q.c.status, Q.c.dequeue_enabled,
-                              exists(select(M.c.id).where(cand)),
-                              D.version_value().label("dver")).where(
-        Q.c.name == props.name)).first()
-    return row, bool(row is not None and row[2])
+    # literals, so that PostgreSQL's generic plans can use the partial indexes
+    due = and_(M.c.state == literal_column("'WAITING'"), M.c.visible_at <= now,
+               M.c.queue == queue)
+    locked = and_(M.c.lock_txn.is_not(None), M.c.queue == queue)
+    return select(Q.c.status, Q.c.dequeue_enabled,
+                  exists(select(M.c.id).where(cand)).label("maybe"),
+                  exists(select(M.c.id).where(due)).label("due"),
+                  exists(select(M.c.id).where(locked)).label("locked"),
+                  D.version_value().label("dver")).where(Q.c.name == queue)

@@ -3,7 +3,10 @@
 A dequeue with a ``wait_time`` polls the store with a short backoff (a few ms, growing
 to ``poll_max``), so it returns soon after a message commits in any process. Inside
 one process a commit also *wakes* the waiters of its queues at once, through
-:func:`signal`.
+:func:`signal`. On SQLite a commit in another process wakes them within
+:data:`SLICE` seconds too: between polls a waiter watches the database file's
+``PRAGMA data_version`` (:class:`FileWatch`, a read of shared memory, no lock), and
+polls again as soon as it moves.
 
 Registrations (``notify_url`` per queue and consumer) are stored here; delivering
 them (HTTP POST of ``AQXmlNotification``, mail) is the IDAP service's job: it reads
@@ -14,7 +17,9 @@ them (HTTP POST of ``AQXmlNotification``, mail) is the IDAP service's job: it re
 from __future__ import annotations
 
 import logging
+import sqlite3
 import threading
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -52,12 +57,62 @@ def generation(url: str, queue: str) -> int:
         return _generation[(url, queue)]
 
 
-def wait(url: str, queue: str, seen: int, timeout: float) -> None:
-    """Sleep up to ``timeout`` seconds, less if the queue is signalled after ``seen``."""
+#: Seconds between two looks at a SQLite file's ``data_version`` by a waiting dequeue.
+SLICE = 0.002
+
+
+class FileWatch:
+    """Commits to a SQLite database by other connections (``PRAGMA data_version``).
+
+    Its own connection (the pragma compares calls on one connection); a read of the
+    WAL index in shared memory, without a transaction or lock.
+
+    >>> import tempfile, os
+    >>> path = os.path.join(tempfile.mkdtemp(), "w.db")
+    >>> w = FileWatch(path); before = w.mark()
+    >>> c = sqlite3.connect(path); _ = c.execute("CREATE TABLE t (x)"); c.commit()
+    >>> w.mark() != before
+    True
+    >>> w.close()
+    """
+
+    def __init__(self, path: str) -> None:
+        self.conn = sqlite3.connect(path, isolation_level=None, check_same_thread=False)
+
+    def mark(self) -> int | None:
+        """The current data version (None: unreadable now, e.g. the file is busy)."""
+        try:
+            return int(self.conn.execute("PRAGMA data_version").fetchone()[0])
+        except sqlite3.Error:
+            return None
+
+    def close(self) -> None:
+        """Close the watching connection."""
+        self.conn.close()
+
+
+def wait(url: str, queue: str, seen: int, timeout: float, watch: FileWatch | None = None,
+         mark: int | None = None) -> None:
+    """Sleep up to ``timeout`` seconds, less if the queue is signalled after ``seen``,
+    or (with ``watch``) once the file's data version is no longer ``mark``."""
     cond = _condition(url, queue)
-    with cond:
-        if _generation[(url, queue)] == seen:
-            cond.wait(timeout)
+    key = (url, queue)
+    if watch is None or mark is None:
+        with cond:
+            if _generation[key] == seen:
+                cond.wait(timeout)
+        return
+    end = time.monotonic() + timeout
+    while True:
+        with cond:
+            if _generation[key] != seen:
+                return
+            left = end - time.monotonic()
+            if left <= 0:
+                return
+            cond.wait(min(SLICE, left))
+        if watch.mark() != mark:
+            return
 
 
 def signal(url: str, queue: str, msg_ids: list[str]) -> None:

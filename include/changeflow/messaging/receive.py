@@ -15,11 +15,12 @@ consumers never block producers. A commit in the same process wakes waiters at o
 from __future__ import annotations
 
 import datetime as dt
+import functools
 import time
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from sqlalchemy import func, select
+from sqlalchemy import bindparam, func, select
 from sqlalchemy.engine import Connection, Row
 
 from changeflow.errors import QueueDroppedError, QueueNotFoundError
@@ -84,6 +85,7 @@ class Receiver:
         self.checked: dict[Spec, _Checked] = {}
         self.cursors: dict[tuple[str, str], DQ.Cursor] = {}
         self.housekept: dict[str, float] = {}
+        self.watch: notify.FileWatch | None = None
 
     # -- the loop ------------------------------------------------------------------------
     def receive(self, spec: Spec, seconds: float | None, limit: int = 1) -> list[Message]:
@@ -91,8 +93,10 @@ class Receiver:
         url = self.s.store.url
         deadline = None if seconds is None else time.monotonic() + seconds
         pause, first = 0.002, True
+        watch = self._watch() if seconds is None or seconds > 0 else None
         while True:
             seen = notify.generation(url, spec.queue)
+            mark = watch.mark() if watch is not None else None
             msgs = self.attempt(spec, first, limit)
             if msgs:
                 return msgs
@@ -100,8 +104,23 @@ class Receiver:
             left = None if deadline is None else deadline - time.monotonic()
             if left is not None and left <= 0:
                 return []
-            notify.wait(url, spec.queue, seen, pause if left is None else min(pause, left))
+            notify.wait(url, spec.queue, seen, pause if left is None else min(pause, left),
+                        watch, mark)
             pause = min(pause * 2, self.s.settings.poll_max)
+
+    def _watch(self) -> notify.FileWatch | None:
+        """The session's watch of its SQLite file (None on PostgreSQL or in memory)."""
+        if self.watch is None and not self.s.postgres:
+            path = self.s.store.engine.url.database
+            if path and path != ":memory:" and not path.startswith("file:"):
+                self.watch = notify.FileWatch(path)
+        return self.watch
+
+    def close(self) -> None:
+        """Close the file watch, if one was opened."""
+        if self.watch is not None:
+            self.watch.close()
+            self.watch = None
 
     def attempt(self, spec: Spec, first: bool, limit: int) -> list[Message]:
         """One attempt (a read first when polling, then one write transaction).
@@ -119,11 +138,15 @@ class Receiver:
                 return []
             if available == _STALE:
                 checked = self._recheck(spec)
-        if self._fast_ok(spec, checked):
+        fast = self._fast_ok(spec, checked)
+        if fast and self._housekeeping_due(spec.queue) and self._housework(spec, checked):
+            fast = False
+        if fast:
             msgs = self._fast(spec, checked, limit)
             if msgs:
                 return msgs
-            if not self._force_due(spec.queue):  # the full attempt could take nothing more
+            # the full attempt could take nothing more unless the housekeeping has work
+            if not self._force_due(spec.queue) or not self._housework(spec, checked):
                 if not first or self._explain_empty(spec, checked, first) != _STALE:
                     return []
                 checked = self._recheck(spec)
@@ -141,12 +164,38 @@ class Receiver:
         last = self.housekept.get(queue, 0.0)
         return time.monotonic() - last >= self.s.settings.housekeeping / 4
 
+    def _housekeeping_due(self, queue: str) -> bool:
+        """Whether an attempt would run the (throttled) housekeeping now."""
+        return time.monotonic() - self.housekept.get(queue, 0.0) >= max(
+            self.s.settings.housekeeping, 1.0)
+
+    def _housework(self, spec: Spec, checked: _Checked) -> bool:
+        """A read: whether the housekeeping has work (a delayed message due, a lock held).
+
+        When it has none, the housekeeping counts as done now: an empty queue is never
+        written to (no write lock, no commit) just to find that out.
+        """
+        row = self._peek(spec, checked)
+        _raise_unless_started(spec.queue, row)
+        if row.due or row.locked:
+            return True
+        self.housekept[spec.queue] = time.monotonic()
+        return False
+
+    def _peek(self, spec: Spec, checked: _Checked) -> Any:
+        """:func:`changeflow.messaging.dequeue.peek`'s row, one precompiled read."""
+        exception = checked.props.is_exception
+        stmt = wire.compiled(self.s.store.engine, f"aq:peek:{exception}",
+                             lambda: DQ.peek_statement(exception),
+                             list(DQ.peek_statement(exception).selected_columns))
+        rows = stmt.read(self.s.store, {"p_queue": spec.queue, "p_consumer": spec.consumer,
+                                        "p_now": utcnow()})
+        return rows[0] if rows else None
+
     def _fast_ok(self, spec: Spec, checked: _Checked) -> bool:
         return (checked.condition is None and checked.client is None
                 and checked.props.message_grouping != "transactional"
-                and not self.s.renewal_due()
-                and time.monotonic() - self.housekept.get(spec.queue, 0.0)
-                < max(self.s.settings.housekeeping, 1.0))
+                and not self.s.renewal_due())
 
     def _fast(self, spec: Spec, checked: _Checked, limit: int) -> list[Message]:
         """Take up to ``limit`` messages in one statement guarded by the checked version."""
@@ -306,8 +355,8 @@ class Receiver:
                     break
                 out.append(DQ.to_message(conn, url, req, taken))
                 DQ.advance(cursor, req, taken.row)
-            if not out:
-                _refuse_captured(conn, spec.queue)
+        if not out:
+            _refuse_captured(self.s.store, spec.queue)
         return out
 
     def _available(self, spec: Spec, checked: _Checked) -> bool | str:
@@ -315,25 +364,28 @@ class Receiver:
 
         :data:`_STALE` when the dictionary version moved since the request's check.
         """
-        with self.s.store.read() as conn:
-            row, maybe = DQ.peek(conn, checked.props, spec.consumer, utcnow())
+        row = self._peek(spec, checked)
         _raise_unless_started(spec.queue, row)
         if row.dver != checked.version:
             return _STALE
-        due = time.monotonic() - self.housekept.get(spec.queue, 0.0) >= max(
-            self.s.settings.housekeeping, 1.0)
-        return maybe or due  # a dead process's lock shows only to the housekeeping
+        if row.maybe:
+            return True
+        if not self._housekeeping_due(spec.queue):
+            return False
+        if row.due or row.locked:  # a dead process's lock shows only to the housekeeping
+            return True
+        self.housekept[spec.queue] = time.monotonic()
+        return False
 
     def _explain_empty(self, spec: Spec, checked: _Checked, first: bool) -> str | None:
         """Raise why a first attempt found nothing, if the queue refuses; :data:`_STALE`
         when the dictionary version moved since the request's check."""
         if not first:
             return None
-        with self.s.store.read() as conn:
-            row, _ = DQ.peek(conn, checked.props, spec.consumer, utcnow())
-            _raise_unless_started(spec.queue, row)
-            if not checked.props.is_exception:
-                _refuse_captured(conn, spec.queue)
+        row = self._peek(spec, checked)
+        _raise_unless_started(spec.queue, row)
+        if not checked.props.is_exception:
+            _refuse_captured(self.s.store, spec.queue)
         return _STALE if row.dver != checked.version else None
 
     def _housekeep(self, conn: Connection, queue: str, now: dt.datetime, *, force: bool) -> bool:
@@ -363,6 +415,16 @@ def _pick_and_drop(store: StateStore, shape: tuple[Any, ...], params: dict[str, 
     return pick.convert_rows(fetched)
 
 
+@functools.lru_cache(maxsize=1)
+def _captured_statement() -> Any:
+    """Captured batches (LCRs) ready in a queue, and their messages: ``p_queue``."""
+    B = schema.queue_batches
+    return select(func.count().label("n"),
+                  func.coalesce(func.sum(B.c.n_messages), 0).label("msgs")).where(
+        B.c.queue == bindparam("p_queue", type_=B.c.queue.type), B.c.path != "",
+        B.c.state == "ready", B.c.n_messages > 0)
+
+
 def _stopped(queue: str) -> QueueStoppedError:
     return QueueStoppedError(f"queue {queue} is stopped for dequeue; start it with "
                              f"`changeflow aq start-queue {queue}`")
@@ -378,11 +440,10 @@ def _raise_unless_started(queue: str, row: Any) -> None:
         raise _stopped(queue)
 
 
-def _refuse_captured(conn: Connection, queue: str) -> None:
-    B = schema.queue_batches
-    n, msgs = conn.execute(select(func.count(), func.coalesce(func.sum(B.c.n_messages), 0))
-                           .where(B.c.queue == queue, B.c.path != "", B.c.state == "ready",
-                                  B.c.n_messages > 0)).one()
+def _refuse_captured(store: StateStore, queue: str) -> None:
+    stmt = wire.compiled(store.engine, "aq:captured", _captured_statement,
+                         list(_captured_statement().selected_columns))
+    n, msgs = stmt.read(store, {"p_queue": queue})[0]
     if n:
         raise CapturedMessageError(
             f"queue {queue} holds {msgs} captured messages (LCRs in {n} batches) and no user "

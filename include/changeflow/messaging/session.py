@@ -411,6 +411,7 @@ class Session:
         """Roll back whatever is uncommitted and close the session."""
         if not self.closed:
             self.rollback()
+            self._receiver.close()
             self.closed = True
 
     def __enter__(self) -> Session:

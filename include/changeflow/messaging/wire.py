@@ -29,7 +29,7 @@ from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from typing import Any
 
-from sqlalchemy import Column, Engine
+from sqlalchemy import ColumnElement, Engine
 from sqlalchemy.engine.interfaces import Dialect
 
 from changeflow.errors import StateStoreError
@@ -51,7 +51,7 @@ class Compiled:
             select list), to convert their values like SQLAlchemy would.
     """
 
-    def __init__(self, stmt: Any, dialect: Dialect, columns: Sequence[Column[Any]] = ()) -> None:
+    def __init__(self, stmt: Any, dialect: Dialect, columns: Sequence[ColumnElement[Any]] = ()) -> None:
         compiled = stmt.compile(dialect=dialect)
         self.sql = compiled.string
         self.positional = bool(dialect.positional)
@@ -113,8 +113,15 @@ class Compiled:
             fetched = self.fetch(cursor, parameters)
         return self.convert_rows(fetched)
 
+    def read(self, store: StateStore, params: dict[str, Any]) -> list[Any]:
+        """Run a query alone (its own snapshot, no write lock); the converted rows."""
+        parameters = self.parameters(params)
+        with transaction(store, write=False) as cursor:
+            fetched = self.fetch(cursor, parameters)
+        return self.convert_rows(fetched)
 
-def _result_processor(column: Column[Any], dialect: Dialect) -> Processor:
+
+def _result_processor(column: ColumnElement[Any], dialect: Dialect) -> Processor:
     """How SQLAlchemy converts the column's driver values (None: they are used as is).
 
     Processors that need the driver's type code (PostgreSQL numerics) are for types
@@ -136,7 +143,7 @@ def _row_class(names: tuple[str, ...]) -> Any:
 
 
 def compiled(engine: Engine, key: str, build: Callable[[], Any],
-             columns: Sequence[Column[Any]] = ()) -> Compiled:
+             columns: Sequence[ColumnElement[Any]] = ()) -> Compiled:
     """The statement ``build()`` compiled for ``engine``'s dialect, cached under ``key``."""
     ck = (id(engine.dialect), key)
     found = _compiled.get(ck)
@@ -154,11 +161,13 @@ def _classify(exc: BaseException) -> bool:
 
 
 @contextmanager
-def transaction(store: StateStore) -> Iterator[Any]:
+def transaction(store: StateStore, *, write: bool = True) -> Iterator[Any]:
     """One write transaction on a raw driver connection; yields its cursor.
 
     SQLite: ``BEGIN IMMEDIATE`` ... ``COMMIT``. PostgreSQL: autocommit, so use it for
-    one statement only (each statement commits by itself).
+    one statement only (each statement commits by itself). With ``write=False``, for
+    one query: no transaction is begun on either (the statement is its own snapshot),
+    and no write lock is taken.
 
     Raises:
         StateStoreError: the store is unreachable or busy (transient); the driver's
@@ -170,19 +179,20 @@ def transaction(store: StateStore) -> Iterator[Any]:
         raise StateStoreError(f"state store {store.safe_url!r}: cannot connect: "
                               f"{str(exc).splitlines()[0]}") from exc
     sqlite = store.dialect == "sqlite"
+    begin = sqlite and write
     driver = conn.driver_connection
     cursor = None
     try:
         if not sqlite:
             driver.autocommit = True  # type: ignore[union-attr]
         cursor = conn.cursor()
-        if sqlite:
+        if begin:
             cursor.execute("BEGIN IMMEDIATE")
         yield cursor
-        if sqlite:
+        if begin:
             cursor.execute("COMMIT")
     except BaseException as exc:
-        _abort(conn, sqlite)
+        _abort(conn, begin)
         if _classify(exc):
             if not sqlite:
                 conn.invalidate(exc if isinstance(exc, Exception) else None)
