@@ -104,6 +104,8 @@ class Figures:
     failures: list[str] = field(default_factory=list)
     progress: bool = field(default=False, repr=False)
     started: float = field(default_factory=time.monotonic, repr=False)
+    #: Called with the figures after each trial (the long size saves partial results).
+    on_trial: Any = field(default=None, repr=False)
 
     def count(self, scenario: str) -> None:
         self.trials += 1
@@ -112,6 +114,14 @@ class Figures:
             print(f"[{time.monotonic() - self.started:7.0f} s] trial {self.trials}: {scenario}"
                   f" (kills {self.kills}, lost {self.lost}, duplicated {self.duplicated},"
                   f" failures {len(self.failures)})", file=sys.stderr, flush=True)
+        if self.on_trial is not None:
+            self.on_trial(self)
+
+    def as_dict(self) -> dict[str, Any]:
+        """The figures without the run's private fields."""
+        out = {k: v for k, v in asdict(self).items()
+               if k not in ("progress", "started", "on_trial")}
+        return {**out, "ok": self.ok, "seconds": round(time.monotonic() - self.started)}
 
     @property
     def ok(self) -> bool:
@@ -367,10 +377,14 @@ def outage_trial(rig: Rig, figures: Figures) -> dict[str, Any]:
 
 def run_suite(spark: SparkSession, root: Path, *, kill_rounds: int, concurrency_rounds: int,
               outage: bool, seed: int, state_urls: tuple[str, str] | None = None,
-              pgbench_seconds: int = 0, progress: bool = False) -> dict:
-    """Run the trials in a fresh rig under ``root``. Returns the figures as a dict."""
+              pgbench_seconds: int = 0, progress: bool = False,
+              on_trial: Any = None) -> dict:
+    """Run the trials in a fresh rig under ``root``. Returns the figures as a dict.
+
+    ``on_trial`` is called with the :class:`Figures` after every trial.
+    """
     rng = random.Random(seed)
-    figures = Figures(progress=progress)
+    figures = Figures(progress=progress, on_trial=on_trial)
     rig = Rig(root, spark, state_urls=state_urls)
     rig.run("capture")
     rig.check(figures, "initial load")
@@ -392,11 +406,7 @@ def run_suite(spark: SparkSession, root: Path, *, kill_rounds: int, concurrency_
         pg_root.mkdir()
         extra["pgbench"] = pgbench_trial(spark, pg_root, figures, seconds=pgbench_seconds,
                                          rng=rng, state_urls=None)
-    figures_dict = asdict(figures)
-    for private in ("progress", "started"):
-        figures_dict.pop(private)
-    return {**figures_dict, "ok": figures.ok, "seconds": round(time.monotonic()
-            - figures.started), **extra}
+    return {**figures.as_dict(), **extra}
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -407,6 +417,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--concurrency-rounds", type=int, default=2)
     p.add_argument("--postgres", action="store_true",
                    help="state stores on a throwaway PostgreSQL (besides SQLite)")
+    p.add_argument("--postgres-only", action="store_true",
+                   help="only the PostgreSQL state stores (implies --postgres)")
     p.add_argument("--pgbench-seconds", type=int, default=60,
                    help="pgbench workload with a random kill of every stage (0: skip)")
     p.add_argument("--seed", type=int, default=int(time.time()))
@@ -417,9 +429,10 @@ def main(argv: list[str] | None = None) -> int:
     spark = get_session("changeflow-chaos")
     spark.sparkContext.setLogLevel("ERROR")
     results: dict[str, Any] = {"seed": args.seed, "started": dt.datetime.now(dt.UTC).isoformat()}
-    stores: list[tuple[str, tuple[str, str] | None]] = [("sqlite", None)]
+    stores: list[tuple[str, tuple[str, str] | None]] = [] if args.postgres_only else [
+        ("sqlite", None)]
     cluster = None
-    if args.postgres:
+    if args.postgres or args.postgres_only:
         from changeflow.testing.pg_cluster import PgCluster
 
         cluster = PgCluster().start()
@@ -429,12 +442,19 @@ def main(argv: list[str] | None = None) -> int:
     try:
         for label, urls in stores:
             work = Path(tempfile.mkdtemp(prefix=f"changeflow-chaos-{label}-"))
+
+            def save(figures: Figures, label: str = label) -> None:  # partial, after each trial
+                results[label] = {**figures.as_dict(), "complete": False}
+                Path(args.out).write_text(json.dumps(results, indent=2, default=str))
+
             try:
                 results[label] = run_suite(spark, work, kill_rounds=args.kill_rounds,
                                            concurrency_rounds=args.concurrency_rounds,
                                            outage=True, seed=args.seed, state_urls=urls,
                                            pgbench_seconds=args.pgbench_seconds
-                                           if label == "sqlite" else 0, progress=True)
+                                           if label == "sqlite" else 0, progress=True,
+                                           on_trial=save)
+                results[label]["complete"] = True
             finally:
                 shutil.rmtree(work, ignore_errors=True)
             Path(args.out).write_text(json.dumps(results, indent=2, default=str))
