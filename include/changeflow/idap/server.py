@@ -125,7 +125,7 @@ def uvicorn_config(app: IdapApp, cfg: IdapConfig, *, host: str | None = None,
             tls.update(ssl_ca_certs=cfg.tls.client_ca_file, ssl_cert_reqs=ssl.CERT_OPTIONAL)
     return uvicorn.Config(
         app, host=host or cfg.host, port=cfg.port if port is None else port,
-        http=protocol_class(cfg.read_timeout), loop="asyncio", lifespan="on",
+        http=protocol_class(cfg.read_timeout), loop="uvloop", lifespan="on",
         timeout_keep_alive=int(max(1, cfg.keep_alive)), access_log=False,
         log_level="warning", server_header=False, **tls)
 

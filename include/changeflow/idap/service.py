@@ -24,12 +24,13 @@ from changeflow.idap import payloads as XP
 from changeflow.idap.auth import Users
 from changeflow.idap.config import IdapConfig
 from changeflow.idap.errors import InvalidRequestError
+from changeflow.idap.lookups import Lookups
 from changeflow.idap.messages import message_set_element, q
 from changeflow.idap.render import response, result
 from changeflow.idap.sessions import HttpSession
-from changeflow.messaging import admin, privileges
+from changeflow.messaging import admin, cache, privileges
 from changeflow.messaging import dictionary as D
-from changeflow.messaging.model import MessageProperties, agent_name, queue_name
+from changeflow.messaging.model import MessageProperties, agent_name
 from changeflow.state import StateStore
 from changeflow.state import schema_messaging as S
 
@@ -68,6 +69,7 @@ class Service:
             self.site = site
             self.store = target if isinstance(target, StateStore) else StateStore(str(target))
         self._transforms = {k: self._load(k, v) for k, v in cfg.transformations.items()}
+        self.lookups = Lookups(self.store)
 
     @staticmethod
     def _load(name: str, spec: str) -> Callable[[Any], Any]:
@@ -94,6 +96,9 @@ class Service:
 
     def candidates(self, agent: str) -> list[str]:
         """The database users an agent may act as, in order (seed 003's mapping)."""
+        return self.lookups.users(agent, lambda: self._candidates(agent))
+
+    def _candidates(self, agent: str) -> list[str]:
         from sqlalchemy import select
 
         t = S.agents
@@ -128,12 +133,13 @@ class Service:
             f"none of its users ({', '.join(users)}) may ({errors[0]})")
 
     def _props(self, dest: M.Destination) -> D.QueueProps:
-        return admin.queue_properties(self.store, queue_name(dest.name))
+        return self.lookups.props(dest.name)
 
     # -- dispatch ----------------------------------------------------------------------------
     def handle(self, env: M.Envelope, http: HttpSession) -> Element:
         """Run a parsed request in the session; returns the ``*Response`` element."""
         req = env.request
+        self.lookups.begin()
         if env.propagation is not None and env.propagation.kind == "batch":
             from changeflow.idap.inbound import receive_batch
 
@@ -185,8 +191,8 @@ class Service:
             raise InvalidRequestError(f"queue {props.name} has a single consumer: send to it "
                                       "with AQXmlSend")
         fn = self._transform(req.transformation, f"{req.op}/producer_options")
-        with self.store.read() as conn:
-            qtype = D.message_type(conn, self.store.url, props.payload_type)
+        with cache.LazyRead(self.store) as conn:  # a cached type opens no transaction
+            qtype = D.message_type(conn, self.store.url, props.payload_type)  # type: ignore[arg-type]
 
         def lookup(name: str) -> Any:
             return admin.message_type(self.store, name)

@@ -51,7 +51,8 @@ class Compiled:
             select list), to convert their values like SQLAlchemy would.
     """
 
-    def __init__(self, stmt: Any, dialect: Dialect, columns: Sequence[ColumnElement[Any]] = ()) -> None:
+    def __init__(self, stmt: Any, dialect: Dialect,
+                 columns: Sequence[ColumnElement[Any]] = ()) -> None:
         compiled = stmt.compile(dialect=dialect)
         self.sql = compiled.string
         self.positional = bool(dialect.positional)
@@ -182,6 +183,11 @@ def transaction(store: StateStore, *, write: bool = True) -> Iterator[Any]:
     begin = sqlite and write
     driver = conn.driver_connection
     cursor = None
+    queued = _writer(store.url) if begin else None
+    if queued is not None and not queued.acquire(timeout=BUSY_SECONDS):
+        conn.close()
+        raise StateStoreError(f"state store {store.safe_url!r}: busy: no write turn within "
+                              f"{BUSY_SECONDS:g} s")
     try:
         if not sqlite:
             driver.autocommit = True  # type: ignore[union-attr]
@@ -200,6 +206,8 @@ def transaction(store: StateStore, *, write: bool = True) -> Iterator[Any]:
                                   f"{str(exc).splitlines()[0]}") from exc
         raise
     finally:
+        if queued is not None:
+            queued.release()
         if cursor is not None:
             cursor.close()
         if not sqlite and conn.driver_connection is not None:
@@ -208,6 +216,26 @@ def transaction(store: StateStore, *, write: bool = True) -> Iterator[Any]:
             except Exception:  # noqa: BLE001  (a broken connection: the pool drops it)
                 conn.invalidate()
         conn.close()
+
+
+_writers: dict[str, threading.Lock] = {}
+#: Seconds a write waits for its turn in this process (the store's busy timeout).
+BUSY_SECONDS = 60.0
+
+
+def _writer(url: str) -> threading.Lock:
+    """This process's turn at a SQLite file's write lock.
+
+    Threads of one process (the IDAP service's workers) queue here for their write
+    transactions instead of in SQLite's busy handler, which sleeps 1 to 100 ms between
+    retries: a waiting thread starts as soon as the one before it commits. Other
+    processes still meet at SQLite's own lock.
+    """
+    found = _writers.get(url)
+    if found is None:
+        with _lock:
+            found = _writers.setdefault(url, threading.Lock())
+    return found
 
 
 def _abort(conn: Any, sqlite: bool) -> None:

@@ -290,3 +290,37 @@ def test_commit_and_rollback_documents_of_the_seed(server: Running) -> None:
 
 def test_envelope_helper_is_a_seed_shaped_document() -> None:
     assert envelope("<x/>").startswith(b'<?xml version="1.0"?>')
+
+
+def test_queue_changes_made_by_another_process_are_seen_at_once(
+        server: Running, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The service caches queue properties and agents' users per dictionary version: an
+    administrative call in another process (which raises the version) is seen by the very
+    next request, not after the cache's age limit (made an hour here)."""
+    import subprocess
+    import sys
+
+    from changeflow.messaging import cache
+
+    monkeypatch.setattr(cache, "MAX_AGE", 3600.0)
+
+    url = server.app.service.store.url
+    make_queue(server.app.service.store, "app.morph_q")
+    with client(server) as john:
+        ok = post(john, send("app.morph_q", "<raw>01</raw>", commit=True))
+        assert ok.status_code == 200, ok.text
+        assert texts(post(john, receive("app.morph_q", commit=True)), "raw") == ["01"]
+        script = (
+            "import sys\n"
+            "from changeflow.messaging import admin\n"
+            "from changeflow.state import StateStore\n"
+            "s = StateStore(sys.argv[1])\n"
+            "admin.drop_queue(s, 'app.morph_q')\n"
+            "admin.drop_queue_table(s, 'app.morph_q_qt')\n"
+            "admin.create_queue_table(s, 'app.morph_q_qt', 'RAW', multiple_consumers=True)\n"
+            "admin.create_queue(s, 'app.morph_q', 'app.morph_q_qt', start=True)\n")
+        done = subprocess.run([sys.executable, "-c", script, url], capture_output=True,
+                              text=True, timeout=120)
+        assert done.returncode == 0, done.stderr
+        code, _, message = fault(post(john, send("app.morph_q", "<raw>02</raw>", commit=True)))
+        assert "multiple consumers" in message, (code, message)
