@@ -408,11 +408,14 @@ def _pick_and_drop(store: StateStore, shape: tuple[Any, ...], params: dict[str, 
                          list(S.messages.c))
     drop = wire.compiled(store.engine, "aq:drop", DQ.drop_statement)
     parameters = pick.parameters(params)
-    with wire.transaction(store) as cursor:
+
+    def job(cursor: Any) -> list[Any]:
         fetched = pick.fetch(cursor, parameters)
         if fetched:
             cursor.executemany(drop.sql, [drop.parameters({"p_id": r[0]}) for r in fetched])
-    return pick.convert_rows(fetched)
+        return fetched
+
+    return pick.convert_rows(wire.write(store, job))
 
 
 @functools.lru_cache(maxsize=1)

@@ -25,9 +25,10 @@ from __future__ import annotations
 import collections
 import functools
 import threading
+import weakref
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
-from typing import Any
+from typing import Any, TypeVar
 
 from sqlalchemy import ColumnElement, Engine
 from sqlalchemy.engine.interfaces import Dialect
@@ -110,8 +111,7 @@ class Compiled:
         so the store's write lock (SQLite) is held for the statement only.
         """
         parameters = self.parameters(params)
-        with transaction(store) as cursor:
-            fetched = self.fetch(cursor, parameters)
+        fetched = write(store, lambda cursor: self.fetch(cursor, parameters))
         return self.convert_rows(fetched)
 
     def read(self, store: StateStore, params: dict[str, Any]) -> list[Any]:
@@ -183,11 +183,6 @@ def transaction(store: StateStore, *, write: bool = True) -> Iterator[Any]:
     begin = sqlite and write
     driver = conn.driver_connection
     cursor = None
-    queued = _writer(store.url) if begin else None
-    if queued is not None and not queued.acquire(timeout=BUSY_SECONDS):
-        conn.close()
-        raise StateStoreError(f"state store {store.safe_url!r}: busy: no write turn within "
-                              f"{BUSY_SECONDS:g} s")
     try:
         if not sqlite:
             driver.autocommit = True  # type: ignore[union-attr]
@@ -206,8 +201,6 @@ def transaction(store: StateStore, *, write: bool = True) -> Iterator[Any]:
                                   f"{str(exc).splitlines()[0]}") from exc
         raise
     finally:
-        if queued is not None:
-            queued.release()
         if cursor is not None:
             cursor.close()
         if not sqlite and conn.driver_connection is not None:
@@ -218,24 +211,119 @@ def transaction(store: StateStore, *, write: bool = True) -> Iterator[Any]:
         conn.close()
 
 
-_writers: dict[str, threading.Lock] = {}
 #: Seconds a write waits for its turn in this process (the store's busy timeout).
 BUSY_SECONDS = 60.0
+#: The most statements' jobs one grouped SQLite transaction runs.
+GROUP_MAX = 64
+T = TypeVar("T")
 
 
-def _writer(url: str) -> threading.Lock:
-    """This process's turn at a SQLite file's write lock.
+class _Batch:
+    """Write jobs of several threads, run and committed as one transaction."""
 
-    Threads of one process (the IDAP service's workers) queue here for their write
-    transactions instead of in SQLite's busy handler, which sleeps 1 to 100 ms between
-    retries: a waiting thread starts as soon as the one before it commits. Other
-    processes still meet at SQLite's own lock.
+    def __init__(self) -> None:
+        self.jobs: list[list[Any]] = []  # [job, result, error]
+        self.done = threading.Event()
+
+
+class _Committer:
+    """Group commit of one SQLite file's writes by the threads of this process.
+
+    A thread that finds no open batch opens one and leads it: it waits for the
+    previous batch to commit (its turn at the file), closes its batch, runs every job
+    of it in one ``BEGIN IMMEDIATE`` ... ``COMMIT`` (each job in a savepoint, so a job
+    that fails is undone alone and gets its error), then wakes the others. Threads
+    that arrive while a batch waits for its turn join it. One fsync then serves
+    several callers, and no thread sleeps in SQLite's busy handler (1 to 100 ms
+    between retries) waiting for another of this process.
     """
-    found = _writers.get(url)
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.turn = threading.Lock()
+        self.open: _Batch | None = None
+
+    def submit(self, store: StateStore, job: Callable[[Any], T]) -> T:
+        with self.lock:
+            batch, lead = self.open, False
+            if batch is None or len(batch.jobs) >= GROUP_MAX:
+                batch = self.open = _Batch()
+                lead = True
+            slot: list[Any] = [job, None, None]
+            batch.jobs.append(slot)
+        if lead:
+            try:
+                self._lead(store, batch)
+            finally:
+                batch.done.set()
+        elif not batch.done.wait(BUSY_SECONDS * 2):
+            raise StateStoreError(f"state store {store.safe_url!r}: busy: the grouped "
+                                  "write did not finish in time")
+        if slot[2] is not None:
+            raise slot[2]
+        return slot[1]  # type: ignore[no-any-return]
+
+    def _lead(self, store: StateStore, batch: _Batch) -> None:
+        if not self.turn.acquire(timeout=BUSY_SECONDS):
+            self._fail(batch, StateStoreError(f"state store {store.safe_url!r}: busy: no "
+                                              f"write turn within {BUSY_SECONDS:g} s"))
+            return
+        try:
+            with self.lock:
+                if self.open is batch:
+                    self.open = None
+            jobs = list(batch.jobs)
+            with transaction(store) as cursor:
+                if len(jobs) == 1:
+                    jobs[0][1] = jobs[0][0](cursor)
+                    return
+                for slot in jobs:
+                    cursor.execute("SAVEPOINT cf_job")
+                    try:
+                        slot[1] = slot[0](cursor)
+                    except Exception as exc:
+                        if _classify(exc):  # the transaction itself is in trouble
+                            raise
+                        cursor.execute("ROLLBACK TO cf_job")
+                        slot[2] = exc
+                    cursor.execute("RELEASE cf_job")
+        except BaseException as exc:
+            self._fail(batch, exc)
+            if not isinstance(exc, Exception):
+                raise
+        finally:
+            self.turn.release()
+
+    @staticmethod
+    def _fail(batch: _Batch, exc: BaseException) -> None:
+        for slot in batch.jobs:
+            if slot[2] is None:
+                slot[1], slot[2] = None, exc
+
+
+#: One committer per engine (an in-memory store's URL names no file to share).
+_committers: weakref.WeakKeyDictionary[Engine, _Committer] = weakref.WeakKeyDictionary()
+
+
+def write(store: StateStore, job: Callable[[Any], T]) -> T:
+    """Run ``job(cursor)`` in a write transaction of its own and commit; its result.
+
+    PostgreSQL: :func:`transaction` (autocommit: ``job`` runs one statement). SQLite:
+    grouped with other threads' writes through the same engine (:class:`_Committer`): the
+    result is returned once the transaction that holds it has committed.
+
+    Raises:
+        StateStoreError: the store is unreachable or busy (transient); the job's other
+            errors pass through (its work undone).
+    """
+    if store.dialect != "sqlite":
+        with transaction(store) as cursor:
+            return job(cursor)
+    found = _committers.get(store.engine)
     if found is None:
         with _lock:
-            found = _writers.setdefault(url, threading.Lock())
-    return found
+            found = _committers.setdefault(store.engine, _Committer())
+    return found.submit(store, job)
 
 
 def _abort(conn: Any, sqlite: bool) -> None:
