@@ -133,12 +133,13 @@ class Peek:
     """What one peek of the slot returned.
 
     Attributes:
-        text: the documents joined by commas (a JSON array's body), in slot order.
+        text: the documents joined by commas (a JSON array's body), in slot order
+            (text from a peek, UTF-8 bytes from a stream).
         commit_lsns: the LSN just past each commit record, in order (one per ``C``).
         rows: how many documents the slot returned.
     """
 
-    text: str
+    text: str | bytes
     commit_lsns: list[int]
     rows: int
 
@@ -154,14 +155,15 @@ class PgTransaction:
     changes: list[Change] = field(default_factory=list)
 
 
-def decode(text: str) -> list[Change]:
-    """The documents of a peek (their JSON joined by commas).
+def decode(text: str | bytes) -> list[Change]:
+    """The documents of a peek (their JSON joined by commas, as text or UTF-8 bytes).
 
     Raises:
         DecodeError: the text is not JSON documents of wal2json format 2.
     """
     try:
-        return _DECODER.decode("[" + text + "]")
+        return _DECODER.decode(b"[" + text + b"]" if isinstance(text, bytes)
+                               else "[" + text + "]")
     except (msgspec.DecodeError, msgspec.ValidationError) as exc:
         raise DecodeError(f"decoding output is not wal2json format 2: {exc}; "
                           f"it begins {text[:200]!r}") from exc

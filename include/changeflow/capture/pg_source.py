@@ -275,6 +275,11 @@ class SlotReader:
             return pg_decode.Peek("", [], 0)
         return pg_decode.Peek(row[0] or "", [int(x) for x in row[1] or []], int(row[2]))
 
+    def current_lsn(self) -> int:
+        """The source's WAL write position: every committed transaction ends at or before it."""
+        row = self.conn.execute("SELECT pg_current_wal_lsn()::text").fetchone()
+        return pg_decode.lsn_to_int(row[0]) if row else 0
+
     def advance(self, lsn: int) -> None:
         """Acknowledge everything up to ``lsn``: the slot will not return it again."""
         row = self.conn.execute(

@@ -33,6 +33,7 @@ from sqlalchemy import select
 from changeflow import faults
 from changeflow.capture import pg_decode, pg_lcr
 from changeflow.capture.pg_source import SlotReader
+from changeflow.capture.pg_stream import SlotStream, StreamError, open_stream
 from changeflow.config import CaptureSpec, PipelineConfig, PostgresSource
 from changeflow.errors import ConfigError
 from changeflow.pgconn import connect, resolve_url
@@ -60,6 +61,7 @@ class PgCaptureResult:
     messages: int = 0
     transactions: int = 0
     tagged_skipped: int = 0
+    streamed: int = 0  # batches read from a replication stream (the rest were peeked)
     last_lsn: str | None = None
     seconds: float = 0.0
 
@@ -195,10 +197,15 @@ def capture_step(
     rule_filter: RuleFilter | None = None,
     check: BatchCheck | None = None,
     lease: Lease | None = None,
+    rows: pg_decode.Peek | None = None,
 ) -> int:
-    """Peek, enqueue and acknowledge one batch. Returns how many rows the slot gave."""
+    """Peek (or take the stream's next chunk), enqueue and acknowledge one batch.
+
+    Returns how many rows the slot gave.
+    """
     src = pg_source(spec)
-    rows = reader.peek(src.batch_changes)
+    if rows is None:
+        rows = reader.peek(src.batch_changes)
     if not rows.rows:
         return 0
     # Decoding builds millions of small objects that all live until the batch is
@@ -240,6 +247,36 @@ def _capture_rows(
     return rows.rows
 
 
+def _stream(reader: SlotReader, url: str, name: str, follow: bool) -> SlotStream | None:
+    """A replication stream of the slot from where it stands (None: peek instead).
+
+    Not following, it ends at the WAL position of now: what was committed before the
+    run starts is captured; later changes are left to the next run.
+    """
+    end = None if follow else reader.current_lsn()
+    return open_stream(url, reader.source.slot, reader.options(),
+                       batch_rows=reader.source.batch_changes, end_lsn=end, capture=name)
+
+
+def _next_rows(stream: SlotStream | None, name: str, wait: float
+               ) -> tuple[pg_decode.Peek | None, SlotStream | None, bool]:
+    """``(chunk, stream, ended)``: the stream's next chunk, or ``None`` to peek.
+
+    A stream that fails is closed and the capture goes on peeking: the slot stands
+    where the last committed batch left it, so nothing is skipped.
+    """
+    if stream is None:
+        return None, None, False
+    try:
+        rows = stream.next(timeout=wait if stream.end_lsn is None else None)
+    except StreamError as exc:
+        log.warning("capture %s: %s; reading the slot with peeks from its position", name,
+                    exc)
+        stream.close()
+        return None, None, False
+    return rows, stream, rows is None
+
+
 def run_pg_capture(
     spark: SparkSession | None,
     cfg: PipelineConfig,
@@ -252,6 +289,7 @@ def run_pg_capture(
     poll_interval: float = 0.5,
     connect_attempts: int = 5,
     busy_wait: float = 30.0,
+    stream_changes: bool = True,
 ) -> PgCaptureResult:
     """Capture from a PostgreSQL slot into the capture's queue.
 
@@ -266,6 +304,10 @@ def run_pg_capture(
         poll_interval: the wait between polls of a drained slot in ``follow`` mode.
         connect_attempts: connection attempts before :class:`SourceUnreachableError`.
         busy_wait: how long to wait for a slot another capture holds.
+        stream_changes: read the slot through a replication stream of a temporary
+            copy (:mod:`.pg_stream`), so the server decodes while batches are written;
+            ``False``, or when streaming is not possible, peek batch by batch. Either
+            way the slot is advanced only after each batch is committed.
 
     Raises:
         SourceUnreachableError: the database is unreachable (transient).
@@ -286,17 +328,28 @@ def run_pg_capture(
         reader = SlotReader(conn, source, name)
         reader.lock(busy_wait)
         reader.open(recorded_position(rt, spec))
-        while max_batches is None or result.batches < max_batches:
-            n = capture_step(reader, rt, queue, spec, result, spark=spark,
-                             rule_filter=rule_filter, check=_quality_check(spark, cfg, spec),
-                             lease=lease)
-            elapsed = time.monotonic() - started
-            if max_seconds is not None and elapsed >= max_seconds:
-                break
-            if n == 0:
-                if not follow:
+        stream = _stream(reader, url, name, follow) if stream_changes else None
+        try:
+            while max_batches is None or result.batches < max_batches:
+                rows, stream, ended = _next_rows(stream, name, poll_interval)
+                if ended:  # the stream has delivered everything before the run
                     break
-                time.sleep(poll_interval)
+                result.streamed += rows is not None and rows.rows > 0
+                n = capture_step(reader, rt, queue, spec, result, spark=spark,
+                                 rule_filter=rule_filter,
+                                 check=_quality_check(spark, cfg, spec), lease=lease,
+                                 rows=rows)
+                elapsed = time.monotonic() - started
+                if max_seconds is not None and elapsed >= max_seconds:
+                    break
+                if n == 0:
+                    if not follow:
+                        break
+                    if stream is None:
+                        time.sleep(poll_interval)
+        finally:
+            if stream is not None:
+                stream.close()
     result.seconds = time.monotonic() - started
     log.info("capture %s: %s messages in %s batches (%.0f/s), last lsn %s", name,
              result.messages, result.batches, result.rate, result.last_lsn)
