@@ -127,12 +127,21 @@ def net(builder: StatementBuilder, txns: list[SourceTxn]) -> dict[tuple[str, str
         raise NotBulk("conflict detection is off")
     tables: dict[tuple[str, str], _Table] = {}
     compared: dict[tuple[Any, ...], list[str]] = {}
+    # Key-column lists are shared between the LCRs of a table (pg_txns.repeated):
+    # their tuples are made once per list object (alive for the whole loop).
+    key_tuples: dict[int, tuple[str, ...]] = {}
+    empty: dict[str, Any] = {}  # never changed: _step copies what it keeps
     for txn in txns:
         for kind, cmd, owner, name, key_columns, new, old in txn.changes():
             if kind != "ROW" or cmd not in _DML:
                 raise NotBulk(f"a {kind} {cmd} LCR")
-            new, old = new or {}, old or {}
-            keys = tuple(key_columns or old or new)
+            new, old = new or empty, old or empty
+            if key_columns:
+                keys = key_tuples.get(id(key_columns))
+                if keys is None:
+                    keys = key_tuples[id(key_columns)] = tuple(key_columns)
+            else:
+                keys = tuple(old or new)
             where = {k: old[k] if k in old else new.get(k) for k in keys}
             if cmd == "UPDATE" and any(k in new and not _same(new[k], where[k]) for k in keys):
                 raise NotBulk("an UPDATE of a key column")
@@ -143,14 +152,15 @@ def net(builder: StatementBuilder, txns: list[SourceTxn]) -> dict[tuple[str, str
                 table = tables[(owner, name)] = _Table(owner, name, keys)
             elif table.keys != keys:
                 raise NotBulk(f"changes of {owner}.{name} with different key columns")
-            shape = (owner, name, tuple(old))
+            shape = (owner, name, *old)
             cols = compared.get(shape)
             if cols is None:
                 cols = compared[shape] = [c[1:] for c, _ in
                                           builder.compared(owner, name, old, list(keys))]
-            checked = {c: old[c] for c in cols}
+            checked = {c: old[c] for c in cols} if cols else {}
             key = tuple(where.values())
-            table.rows[key] = _step(table.rows.get(key), cmd, where, checked, new)
+            rows = table.rows
+            rows[key] = _step(rows.get(key), cmd, where, checked, new)
     return tables
 
 

@@ -19,11 +19,13 @@ from changeflow.apply.positions import TxnId
 from changeflow.errors import SchemaMismatchError
 
 if TYPE_CHECKING:
+    import numpy as np
     import pyarrow as pa
 
 _MAPS = ("old_values", "new_values")
 _FIELD = {name: t.field for name, t in contract.LOGICAL_TYPES.items()}
 _ORDER = ("commit_scn", "source_database_name", "transaction_id", "position")
+_UNIQUE = frozenset(("msg_id", "position"))  # columns whose values rarely repeat
 #: The fields of a row or DDL LCR the apply reads (``raw`` has all of them).
 _FIELDS = ("msg_id", "kind", "source_database_name", "command_type", "object_owner",
            "object_name", "object_type", "base_table_owner", "base_table_name", "ddl_text",
@@ -106,25 +108,71 @@ def value_maps(column: pa.ChunkedArray | pa.Array) -> list[dict[str, Any] | None
     Raises:
         SchemaMismatchError: a value of an unknown logical type.
     """
+    import numpy as np
     import pyarrow as pa
 
     arr = column.combine_chunks() if isinstance(column, pa.ChunkedArray) else column
     offsets = arr.offsets.to_pylist()
     valid = arr.is_valid().to_pylist()
-    keys = arr.keys.to_pylist()
+    keys = repeated(arr.keys)
     items = arr.items
-    types = items.field("type").to_pylist()
-    by_field: dict[str, list[Any]] = {}
-    for t in set(types):
-        if t is None:
-            continue
+    codes, names = _codes(items.field("type"))
+    values: list[Any] = [None] * len(items)
+    for j, t in enumerate(names):
         f = _FIELD.get(t)
         if f is None:
             raise SchemaMismatchError(f"unknown logical type {t!r}")
-        by_field[t] = items.field(f).to_pylist()
-    values = [None if t is None else by_field[t][i] for i, t in enumerate(types)]
+        where = np.flatnonzero(codes == j)
+        if len(where) == len(values):
+            values = items.field(f).to_pylist()
+            break
+        for w, v in zip(where.tolist(), items.field(f).take(where).to_pylist(), strict=True):
+            values[w] = v
     return [dict(zip(keys[a:b], values[a:b], strict=True)) if ok else None
             for a, b, ok in zip(offsets, offsets[1:], valid, strict=False)]
+
+
+def _codes(arr: pa.Array) -> tuple[np.ndarray, list[Any]]:
+    """Dictionary codes of ``arr`` (-1 for null) and the distinct values they point to."""
+    import pyarrow.compute as pc
+
+    enc = pc.dictionary_encode(arr)
+    codes = pc.fill_null(enc.indices, -1).to_numpy(zero_copy_only=False)
+    return codes, enc.dictionary.to_pylist()
+
+
+def repeated(column: pa.ChunkedArray | pa.Array) -> list[Any]:
+    """A column as Python values, each distinct value converted once (shared objects).
+
+    For columns with few distinct values (names, kinds, commit times, key lists) this
+    is several times faster than ``to_pylist``; a unique column falls back to it.
+
+    >>> import pyarrow as pa
+    >>> repeated(pa.array(["a", None, "a"]))
+    ['a', None, 'a']
+    >>> repeated(pa.array([["K"], None, ["K"], []], pa.list_(pa.string())))
+    [['K'], None, ['K'], []]
+    """
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    arr = column.combine_chunks() if isinstance(column, pa.ChunkedArray) else column
+    if len(arr) < 64:
+        return arr.to_pylist()  # type: ignore[no-any-return]
+    if pa.types.is_list(arr.type) and pa.types.is_string(arr.type.value_type):
+        names = arr.values
+        if names.null_count or pc.any(pc.match_substring(names, "\x1f")).as_py() or \
+                pc.any(pc.equal(pc.utf8_length(names), 0)).as_py():
+            return arr.to_pylist()  # type: ignore[no-any-return]
+        joined = pc.binary_join(arr, "\x1f")
+        codes, texts = _codes(joined)
+        distinct = [t.split("\x1f") if t else [] for t in texts]
+    else:
+        codes, distinct = _codes(arr)
+    if len(distinct) * 2 > len(arr):
+        return arr.to_pylist()  # type: ignore[no-any-return]
+    distinct.append(None)  # code -1
+    return [distinct[c] for c in codes.tolist()]
 
 
 def decoded(row: dict[str, Any]) -> dict[str, Any]:
@@ -150,12 +198,37 @@ def _sorted(table: pa.Table) -> pa.Table:
     import pyarrow as pa
     import pyarrow.compute as pc
 
-    keys = {"u": pc.equal(table.column("kind"), "USER")}
+    keys = {"u": pc.cast(pc.equal(table.column("kind"), "USER"), pa.int8())}
     for name in _ORDER:
         col = table.column(name)
         keys[name] = pc.fill_null(col, "" if pa.types.is_string(col.type) else 0)
+    if _in_order(pa.table(keys)):  # batches written in commit order need no copy
+        return table
     order = pc.sort_indices(pa.table(keys), sort_keys=[(k, "ascending") for k in keys])
     return table.take(order)
+
+
+def _in_order(keys: pa.Table) -> bool:
+    """Whether the rows are already sorted by all of ``keys``' columns, ascending.
+
+    >>> import pyarrow as pa
+    >>> _in_order(pa.table({"a": [1, 1, 2], "b": ["x", "y", "a"]}))
+    True
+    >>> _in_order(pa.table({"a": [1, 1, 2], "b": ["y", "x", "a"]}))
+    False
+    """
+    import pyarrow.compute as pc
+
+    n = keys.num_rows
+    if n < 2:
+        return True
+    ordered = None  # row i <= row i + 1 over the columns seen so far (from the last)
+    for name in reversed(keys.column_names):
+        col = keys.column(name).combine_chunks()
+        a, b = col.slice(0, n - 1), col.slice(1)
+        ordered = pc.less_equal(a, b) if ordered is None else pc.or_(
+            pc.less(a, b), pc.and_(pc.equal(a, b), ordered))
+    return bool(pc.all(ordered).as_py())
 
 
 def source_transactions(table: pa.Table) -> tuple[list[SourceTxn], list[dict[str, Any]]]:
@@ -172,7 +245,8 @@ def source_transactions(table: pa.Table) -> tuple[list[SourceTxn], list[dict[str
     users = table.slice(n_rows).to_pylist()
     table = table.slice(0, n_rows)
     names = [c for c in _FIELDS if c in table.column_names]
-    columns = {c: table.column(c).to_pylist() for c in names}
+    columns = {c: table.column(c).to_pylist() if c in _UNIQUE else repeated(table.column(c))
+               for c in names}
     columns.update((m, value_maps(table.column(m))) for m in _MAPS)
     out: list[SourceTxn] = []
     seen: set[str] = set()

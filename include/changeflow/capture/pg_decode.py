@@ -11,8 +11,8 @@ Types are mapped by type OID (see :data:`TYPE_MAP` and ``docs/postgres.md``); a 
 outside the map is refused with :class:`UnsupportedTypeError` rather than guessed.
 
 >>> lsn_to_int("0/152F978")
-22214008
->>> int_to_lsn(22214008)
+22215032
+>>> int_to_lsn(22215032)
 '0/152F978'
 """
 

@@ -14,6 +14,8 @@ naming table, column and type, as it would alone.
 from __future__ import annotations
 
 from collections.abc import Callable
+from itertools import chain
+from operator import attrgetter
 from typing import TYPE_CHECKING, Any
 
 from changeflow import lcr
@@ -32,6 +34,15 @@ from changeflow.capture.pg_decode import (
 if TYPE_CHECKING:
     import numpy as np
     import pyarrow as pa
+
+_NAME, _TYPEOID, _VALUE = attrgetter("name"), attrgetter("typeoid"), attrgetter("value")
+_ACTION, _SCHEMA, _TABLE = attrgetter("action"), attrgetter("schema"), attrgetter("table")
+_EMPTY: list[Column] = []
+
+
+def _or_empty(x: list[Column] | None) -> list[Column]:
+    return x if x is not None else _EMPTY
+
 
 # The value-struct field each logical type is stored in.
 _FIELD_OF = {t.field: t.name for t in lcr.LOGICAL_TYPES.values()}
@@ -138,9 +149,9 @@ class LcrBuilder:
         import pyarrow.compute as pc
 
         changes = self.changes
-        action = pa.array([c.action for c in changes], pa.string()).dictionary_encode()
-        owner = pa.array([c.schema for c in changes], pa.string()).dictionary_encode()
-        name = pa.array([c.table for c in changes], pa.string()).dictionary_encode()
+        action = pa.array(list(map(_ACTION, changes)), pa.string()).dictionary_encode()
+        owner = pa.array(list(map(_SCHEMA, changes)), pa.string()).dictionary_encode()
+        name = pa.array(list(map(_TABLE, changes)), pa.string()).dictionary_encode()
         acts = action.dictionary.to_pylist()
         truncate = pc.equal(action.indices, pa.scalar(acts.index("T"), action.indices.type)
                             ) if "T" in acts else None
@@ -180,12 +191,13 @@ class LcrBuilder:
         import numpy as np
         import pyarrow as pa
 
-        lists = [getattr(c, attr) if c.action in actions else None for c in self.changes]
-        lengths = np.array([len(x) if x is not None else 0 for x in lists], np.int64)
+        get = attrgetter(attr)
+        lists = [get(c) if c.action in actions else None for c in self.changes]
+        lengths = np.fromiter(map(len, map(_or_empty, lists)), np.int64, len(lists))
         offsets = np.zeros(len(lists) + 1, np.int32)
         np.cumsum(lengths, out=offsets[1:])
-        entries: list[Column] = [e for x in lists if x for e in x]
-        names = pa.array([e.name for e in entries], pa.string()).dictionary_encode()
+        entries: list[Column] = list(chain.from_iterable(filter(None, lists)))
+        names = pa.array(list(map(_NAME, entries)), pa.string()).dictionary_encode()
         keys = pa.array([canonical(x) for x in names.dictionary.to_pylist()],
                         pa.string()).take(names.indices)
         owners = np.repeat(np.arange(len(lists)), lengths)
@@ -200,9 +212,9 @@ def _items(struct_type: pa.StructType, entries: list[Column], owners: np.ndarray
     """The value structs of every entry: its logical type and the value in its field."""
     import numpy as np
     import pyarrow as pa
+    import pyarrow.compute as pc
 
-    oids = np.array([e.typeoid for e in entries], dtype=object)
-    oids = np.where(oids == None, -1, oids).astype(np.int64)  # noqa: E711 (element-wise)
+    oids = pc.fill_null(pa.array(list(map(_TYPEOID, entries)), pa.int64()), -1).to_numpy()
     distinct, code = np.unique(oids, return_inverse=True)
     ltypes = []
     for i, oid in enumerate(distinct.tolist()):
@@ -213,7 +225,7 @@ def _items(struct_type: pa.StructType, entries: list[Column], owners: np.ndarray
             raise unsupported_type(f"{change.schema}.{change.table}", entries[at])
         ltypes.append(mapped[0])
     types = pa.array(ltypes, pa.string()).take(pa.array(code))
-    values = [e.value for e in entries]
+    values = list(map(_VALUE, entries))
     children = [types]
     for f in list(struct_type)[1:]:
         ltype = _FIELD_OF[f.name]
