@@ -129,6 +129,24 @@ def _prepare(pg: PgCluster, cfg: PipelineConfig, scale: int, seconds: int) -> No
     pg.tool("pgbench", "-n", "-c", "4", "-j", "2", "-T", str(seconds), db="bsrc")
 
 
+STREAM_SLOT = "bench_stream"
+
+
+def _streamed_capture(spark: Any, cfg: PipelineConfig) -> Any:
+    """The capture's real path, streaming (``stream_changes=True``) from a slot copy."""
+    from changeflow.capture.postgres import run_pg_capture
+    from changeflow.runner import rule_filter_for
+
+    spec = cfg.component("capture", "cap")
+    cfg.queues.append(cfg.queues[0].model_copy(update={"name": "strm.qs"}))
+    copy = spec.model_copy(update={
+        "name": "caps", "queue": "strm.qs",
+        "source": spec.source.model_copy(update={"slot": STREAM_SLOT})})
+    cfg.captures.append(copy)
+    return run_pg_capture(spark, cfg, "caps", rule_filter=rule_filter_for(cfg, "capture", "cap"),
+                          stream_changes=True)
+
+
 def _gx_setup() -> float:
     """Seconds to import GX and build the process's context (once per process)."""
     from changeflow.quality import validator
@@ -187,7 +205,10 @@ def run(spark: Any, scale: str = "small") -> list[dict[str, Any]]:
         _prepare(pg, cfg, params["scale"], params["seconds"])
         limit_seconds, _ = _decoding_limit(pg)
         gx_setup = _gx_setup()
+        # the same backlog for the streamed capture: a copy of the slot, another queue
+        pg.sql("bsrc", f"SELECT pg_copy_logical_replication_slot('bench_slot', '{STREAM_SLOT}')")
         cap = run_component(spark, cfg, "capture", "cap")
+        streamed = _streamed_capture(spark, cfg)
         app = run_component(spark, cfg, "apply", "topg")
         lags = _lag_run(pg, cfg, max(params["seconds"] // 2, 10))
     finally:
@@ -205,6 +226,12 @@ def run(spark: Any, scale: str = "small") -> list[dict[str, Any]]:
                gx_setup_seconds=round(gx_setup, 2), decoding_limit_per_s=round(limit),
                decoding_limit_seconds=round(limit_seconds, 2),
                debezium_published_per_s=DEBEZIUM_CAPTURE, **common),
+        _entry("pg_capture_streamed_throughput", streamed.rate, "changes_per_s", limit, None,
+               changes=streamed.messages, seconds=round(streamed.seconds, 2),
+               batches=streamed.batches, streamed_batches=streamed.streamed,
+               vs_peeking=round(streamed.rate / cap.rate, 3) if cap.rate else None,
+               note="the same capture streaming a temporary slot copy (stream_changes=True), "
+                    "same backlog, after the peeking run", **common),
         _entry("pg_apply_throughput", app.rate, "changes_per_s", limit, ">= 0.5",
                changes=app.changes, transactions=app.transactions,
                seconds=round(app.seconds, 2), rules="1 schema rule",

@@ -289,7 +289,7 @@ def run_pg_capture(
     poll_interval: float = 0.5,
     connect_attempts: int = 5,
     busy_wait: float = 30.0,
-    stream_changes: bool = True,
+    stream_changes: bool = False,
 ) -> PgCaptureResult:
     """Capture from a PostgreSQL slot into the capture's queue.
 
@@ -305,9 +305,12 @@ def run_pg_capture(
         connect_attempts: connection attempts before :class:`SourceUnreachableError`.
         busy_wait: how long to wait for a slot another capture holds.
         stream_changes: read the slot through a replication stream of a temporary
-            copy (:mod:`.pg_stream`), so the server decodes while batches are written;
-            ``False``, or when streaming is not possible, peek batch by batch. Either
-            way the slot is advanced only after each batch is committed.
+            copy (:mod:`.pg_stream`), so the server decodes while batches are written
+            (worth it when the source server has its own CPUs; on the 2-core benchmark
+            machine, saturated, it measured slower than peeking: see
+            ``docs/postgres.md``). Default, or when streaming is not possible: peek
+            batch by batch. Either way the slot is advanced only after each batch is
+            committed.
 
     Raises:
         SourceUnreachableError: the database is unreachable (transient).

@@ -25,7 +25,7 @@ CAPTURE = """
 import sys
 from changeflow.capture.postgres import run_pg_capture
 from changeflow.config import load_config
-run_pg_capture(None, load_config(sys.argv[1]), sys.argv[2])
+run_pg_capture(None, load_config(sys.argv[1]), sys.argv[2], stream_changes=True)
 """
 
 
@@ -73,8 +73,8 @@ def test_stream_and_peek_capture_the_same_lcrs(pg: Any, workdir: Path, pipeline_
                                                monkeypatch: Any) -> None:
     cfg, src = _setup(pg, workdir, pipeline_file, monkeypatch)
     _workload(pg, src)
-    streamed = run_pg_capture(None, cfg, "cap_a")
-    peeked = run_pg_capture(None, cfg, "cap_b", stream_changes=False)
+    streamed = run_pg_capture(None, cfg, "cap_a", stream_changes=True)
+    peeked = run_pg_capture(None, cfg, "cap_b")
     assert streamed.streamed == streamed.batches >= 4 and peeked.streamed == 0
     assert streamed.messages == peeked.messages == 200
     a, b = _messages(cfg, "strm.qa@s1"), _messages(cfg, "strm.qb@s1")
@@ -111,7 +111,7 @@ def test_killed_after_commit_before_advance_loses_and_repeats_nothing(
     assert sorted(slots) == sorted(s.source.slot for s in cfg.captures)
     # the second batch was committed but the slot not advanced past the first
     assert before < slots[spec.source.slot] < recorded
-    again = run_pg_capture(None, cfg, "cap_a")
+    again = run_pg_capture(None, cfg, "cap_a", stream_changes=True)
     assert again.streamed >= 1
     msgs = _messages(cfg, "strm.qa@s1")
     assert len(msgs) == 200 and len({m["msg_id"] for m in msgs}) == 200
