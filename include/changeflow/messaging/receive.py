@@ -9,7 +9,10 @@ also requires the queue to be started, so ``stop_queue`` still takes effect at o
 
 A waiting dequeue polls with a *read* first (is anything available?), with a pause
 that grows from 2 ms to ``poll_max``; only then does it take the write lock, so idle
-consumers never block producers. A commit in the same process wakes waiters at once.
+consumers never block producers. A commit in the same process wakes waiters at once;
+on SQLite, a commit in another process too, within 2 ms (the file's ``data_version``,
+:class:`changeflow.messaging.notify.FileWatch`). The housekeeping (delayed messages due,
+lapsed locks) takes the write lock only when a read finds it has work.
 """
 
 from __future__ import annotations
