@@ -66,6 +66,7 @@ class TablePlan:
     resolved: int = 0
     skipped: int = 0
     folded: list[dict[str, Any]] = field(default_factory=list)
+    keys: DataFrame | None = None  # the changed keys (cached), when looked up
     _detected: DataFrame | None = None
     _cached: list[DataFrame] = field(default_factory=list)
 
@@ -87,6 +88,7 @@ class TablePlan:
         if not self.lookup_needed or self.is_new or self.cutoff is not None:
             return
         keys = self._cache(self.effects.select(*self.table.key_columns).distinct())
+        self.keys = keys
         files = self.catalog.files(self.table.name)
         if self.n_lcrs > 8 * self.table.buckets:  # every bucket is touched, all but surely
             self.old_files = files
@@ -180,8 +182,8 @@ class TablePlan:
         w = Window.partitionBy(*keys).orderBy(*[F.col(c).desc() for c in images.ORDER])
         last = applied.withColumn("_rn", F.row_number().over(w)).where("_rn = 1").select(
             *keys, (F.col("_e_kind") != "D").alias("_present"))
-        every = self.effects.select(*keys).distinct() if self.effects is not None else None
-        assert every is not None
+        assert self.effects is not None
+        every = self.keys if self.keys is not None else self.effects.select(*keys).distinct()
         if self.current is not None:
             before = self.current.select(*keys, F.col("_c_exists").alias("_before"))
             every = every.join(before, keys, "left")

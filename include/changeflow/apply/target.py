@@ -22,9 +22,11 @@ the newest earlier image that has it, so an unchanged column is never overwritte
 with NULL. Deltas that hold partial images are listed as ``pdelta`` in the manifest
 and only they make a read take the (slower) column-wise path.
 
-A bucket is *compacted* (its files merged into one base file) when its deltas grow
-past a fraction of its base, so reads stay cheap and the rewrite cost is amortised
-over the changes that caused it. Only the files of that bucket are rewritten.
+A bucket is *compacted* (its files merged into base files) when its deltas grow
+past a fraction of its base or number too many, so reads stay cheap and the rewrite
+cost is amortised over the changes that caused it. Only the files of that bucket are
+rewritten, and only the keys its deltas name are resolved: base rows of other keys
+are copied as they are, without a sort or a shuffle (:func:`compacted`).
 
 Manifest changes commit in the same state-store transaction as the apply's
 progress, so a crash leaves either the old table or the new one, never half.
@@ -34,6 +36,7 @@ from __future__ import annotations
 
 import json
 import re
+import threading
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
@@ -273,13 +276,19 @@ def bucket_of(df: DataFrame, keys: list[str], buckets: int) -> DataFrame:
 
 
 def write_files(
-    spark: SparkSession, table: TargetTable, rows: DataFrame, kind: str, tag: str
+    spark: SparkSession, table: TargetTable, rows: DataFrame, kind: str, tag: str, *,
+    laid_out: bool = False,
 ) -> tuple[list[FileEntry], int]:
     """Write rows (with ``_cf_*`` columns) as new files, per bucket touched.
 
-    A base (compaction) is shuffled so each bucket gets one file; a delta is written
-    without a shuffle (a few files per bucket), since its rows are few and it is read
-    again only until the next compaction.
+    Rows are shuffled by bucket so each touched bucket gets exactly one file (a delta's
+    rows are few, so its shuffle is cheap; many tiny files per bucket would cost every
+    later read of the bucket a task and a footer each, until the next compaction).
+
+    Args:
+        laid_out: the rows carry their bucket column and each task already holds few
+            buckets (a compaction's scan of per-bucket files): written as they are,
+            without a shuffle (a file per bucket and task).
 
     Returns:
         The new files (sizes in bytes) and the number of rows written.
@@ -297,11 +306,8 @@ def write_files(
     )
     obs = Observation(f"write_{tag}_{table.name}")
     data = data.observe(obs, F.count(F.lit(1)).alias("n"))
-    if kind == "base":
-        laid_out = data.repartition(F.col(BUCKET))
-    else:  # at most 8 files per bucket, without a shuffle
-        laid_out = data.coalesce(8).sortWithinPartitions(BUCKET)
-    laid_out.write.partitionBy(BUCKET).parquet(path)
+    (data if laid_out else data.repartition(F.col(BUCKET))).write.partitionBy(BUCKET) \
+        .parquet(path)
     out = []
     for file, size in fs.data_files(spark, path):
         m = _BUCKET_DIR.search(file)
@@ -365,11 +371,37 @@ def read_files(spark: SparkSession, table: TargetTable, files: list[FileEntry], 
     if not files:
         raw = spark.createDataFrame([], schema)
     else:
-        raw = spark.read.schema(schema).parquet(*[f.path for f in files])
+        raw = read_parquet(spark, schema, [f.path for f in files])
     if columns is None:
         return raw
     keep = list(dict.fromkeys([*table.key_columns, *columns]))
     return raw.select(*keep, *META)
+
+
+_DISCOVERY = "spark.sql.sources.parallelPartitionDiscovery.threshold"
+_discovery_lock = threading.Lock()
+
+
+def read_parquet(spark: SparkSession, schema: StructType, paths: list[str]) -> DataFrame:
+    """Read the given Parquet files (manifest entries, so nothing needs discovering).
+
+    Spark lists more than 32 paths with a Spark job (a task per path); for local files
+    that job costs far more than listing them on the driver, so the threshold is raised
+    for this read. Other file systems keep Spark's parallel listing.
+    """
+    local = all(p.startswith(("file:", "/")) for p in paths)
+    if not local or len(paths) <= 32:
+        return spark.read.schema(schema).parquet(*paths)
+    with _discovery_lock:
+        old = spark.conf.get(_DISCOVERY, None)
+        spark.conf.set(_DISCOVERY, str(len(paths) + 1))
+        try:
+            return spark.read.schema(schema).parquet(*paths)
+        finally:
+            if old is None:
+                spark.conf.unset(_DISCOVERY)
+            else:
+                spark.conf.set(_DISCOVERY, old)
 
 
 def read_table(
@@ -415,11 +447,46 @@ def buckets_to_compact(
     return out
 
 
+def compacted(spark: SparkSession, table: TargetTable, files: list[FileEntry]
+              ) -> tuple[DataFrame, bool]:
+    """The current rows of some files, as a compaction writes them, and whether they are
+    laid out by bucket already (see :func:`write_files`).
+
+    A base file holds exactly one image per key and no tombstone (compactions write
+    resolved rows only), so only the keys the deltas name need resolving: the base rows
+    of the other keys are kept as they are (a scan and a hash probe: no sort, and no
+    shuffle, since each base file holds one bucket), and the few keys the deltas touch
+    are resolved with their base rows and shuffled by bucket.
+    """
+    from pyspark.sql import functions as F
+
+    keys = table.key_columns
+    bases = [f for f in files if f.kind == "base"]
+    deltas = [f for f in files if f.kind != "base"]
+    partial = any(f.kind == "pdelta" for f in deltas)
+    if not bases or not deltas:
+        return resolve(read_files(spark, table, files), keys, partial=partial), False
+    raw = read_files(spark, table, deltas)
+    changed = raw.select(*keys).distinct()
+    if sum(f.n_bytes for f in deltas) <= _BROADCAST_DELTAS:
+        changed = F.broadcast(changed)
+    base = read_files(spark, table, bases)
+    kept = bucket_of(base.join(changed, keys, "left_anti"), keys, table.buckets)
+    merged = resolve(base.join(changed, keys, "left_semi").unionByName(raw), keys,
+                     partial=partial)
+    merged = bucket_of(merged, keys, table.buckets).repartition(F.col(BUCKET))
+    return kept.unionByName(merged), True
+
+
+# Deltas up to this size (bytes) have few enough keys to broadcast them in a compaction.
+_BROADCAST_DELTAS = 64 << 20
+
+
 def compact(
     spark: SparkSession, catalog: TargetCatalog, name: str, *, ratio: float = 0.5,
     max_deltas: int = 8,
 ) -> list[int]:
-    """Merge the files of the buckets that need it into one base file each.
+    """Merge the files of the buckets that need it into base files (a few per bucket).
 
     Only those buckets' files are read and rewritten. The swap is one state-store
     transaction; replaced files are deleted after it. Returns the compacted buckets.
@@ -434,9 +501,8 @@ def compact(
     if not todo:
         return []
     old = [f for f in files if f.bucket in todo]
-    current = resolve(read_files(spark, table, old), table.key_columns,
-                      partial=any(f.kind == "pdelta" for f in old))
-    new, _ = write_files(spark, table, current, "base", uuid.uuid4().hex[:12])
+    rows, laid_out = compacted(spark, table, old)
+    new, _ = write_files(spark, table, rows, "base", uuid.uuid4().hex[:12], laid_out=laid_out)
     with catalog.store.begin() as conn:
         catalog.commit(conn, table, new, remove=[f.path for f in old])
     for f in old:
