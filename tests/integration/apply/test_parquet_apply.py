@@ -60,6 +60,46 @@ def test_update_without_unchanged_columns_keeps_them(spark, make_cfg, enqueue) -
     assert table_rows(spark, cfg) == [(1, 2, "x" * 1000)]
 
 
+def test_compaction_over_a_base_resolves_only_changed_keys_and_keeps_the_rest(
+        spark, make_cfg, enqueue) -> None:  # type: ignore[no-untyped-def]
+    from changeflow.apply.target import compact
+
+    cfg = make_cfg(APPLY)
+    cat = target_catalog(cfg, cfg.applies[0])
+    enqueue(cfg, [row("INSERT", new=vals(id=i, small=i, big=f"b{i}"), pos=i) for i in range(1, 7)])
+    apply_once(spark, cfg, "ap")
+    compact(spark, cat, "hr.emp", ratio=0.0, max_deltas=0)  # the first base: deltas only
+    assert {f.kind for f in cat.files("hr.emp")} == {"base"}
+    # Over the base: an update, a partial update (big left out), a delete, a re-insert of
+    # a deleted key, a new key, and a key updated twice across two applies.
+    enqueue(cfg, [row("UPDATE", new=vals(id=1, small=10, big="n1"), old=vals(id=1), txn="u",
+                      scn=20, pos=1),
+                  row("UPDATE", new=vals(id=2, small=20), old=vals(id=2), txn="u", scn=20, pos=2),
+                  row("DELETE", old=vals(id=3), txn="u", scn=20, pos=3),
+                  row("DELETE", old=vals(id=4), txn="u", scn=20, pos=4),
+                  row("INSERT", new=vals(id=7, small=7, big="b7"), txn="u", scn=20, pos=5)])
+    apply_once(spark, cfg, "ap")
+    enqueue(cfg, [row("INSERT", new=vals(id=4, small=40, big="again"), txn="v", scn=30, pos=1),
+                  row("UPDATE", new=vals(id=1, small=11, big="n1b"), old=vals(id=1), txn="v",
+                      scn=30, pos=2)])
+    apply_once(spark, cfg, "ap")
+    expected = [(1, 11, "n1b"), (2, 20, "b2"), (4, 40, "again"), (5, 5, "b5"), (6, 6, "b6"),
+                (7, 7, "b7")]
+    assert table_rows(spark, cfg) == expected
+    # (the applies compact grown buckets themselves: deltas this small outgrow the base)
+    compact(spark, cat, "hr.emp", ratio=0.0, max_deltas=0)
+    assert {f.kind for f in cat.files("hr.emp")} == {"base"}
+    assert table_rows(spark, cfg) == expected
+    # the new base holds exactly one image per key, no tombstone
+    from changeflow.apply.target import read_files
+
+    table = cat.get("hr.emp")
+    assert table is not None
+    raw = read_files(spark, table, cat.files("hr.emp")).collect()
+    assert sorted(r.id for r in raw) == [1, 2, 4, 5, 6, 7]
+    assert not any(r._cf_deleted for r in raw)
+
+
 def test_unknown_command_type_fails_its_transaction_whole(spark, make_cfg, enqueue) -> None:  # type: ignore[no-untyped-def]
     cfg = make_cfg(APPLY)
     enqueue(cfg, [row("INSERT", new=vals(id=1, name="a"), txn="good", scn=10),
