@@ -32,7 +32,7 @@ from sqlalchemy import select
 
 from changeflow import faults, fs, quality
 from changeflow.config import CaptureSpec, PipelineConfig
-from changeflow.debezium import reader
+from changeflow.debezium import onepass, reader
 from changeflow.debezium.config import DebeziumSource
 from changeflow.errors import ConfigError
 from changeflow.queues import io as qio
@@ -60,6 +60,7 @@ class DebeziumCaptureResult:
     messages: int = 0
     batches: int = 0
     renumbered: bool = False
+    passes: int = 0  # JSON passes over the files: 1 (typed by their first events) or more
     last_position: int | None = None
     seconds: float = 0.0
     tables: list[str] = field(default_factory=list)
@@ -195,23 +196,55 @@ def _write(spark: SparkSession, rt: SiteRuntime, queue: str, df: DataFrame, name
 
 
 RuleFilter = Callable[["DataFrame"], "DataFrame"]
+_MISS: Any = object()
 
 
-def capture_files(spark: SparkSession, cfg: PipelineConfig, spec: CaptureSpec,
-                  files: list[tuple[str, int, float]], result: DebeziumCaptureResult,
-                  rule_filter: RuleFilter | None = None, lease: Lease | None = None) -> int:
-    """Capture a list of files as one batch. Returns the messages enqueued."""
+def _one_pass(spark: SparkSession, rt: SiteRuntime, queue: str, spec: CaptureSpec,
+              uris: list[str], high: int | None, result: DebeziumCaptureResult,
+              rule_filter: RuleFilter | None, dedup: str) -> Any:
+    """The files in one JSON pass, typed by their first events (:mod:`.onepass`).
+
+    Returns the written (uncommitted) batch, or ``_MISS`` when some event is not one
+    the guess describes, a value does not decode or a position needs renumbering:
+    what was written is deleted then, and the two passes take over.
+    """
     source = debezium_source(spec)
-    rt, queue = queue_site(cfg, spec.queue)
-    uris = [f[0] for f in files]
-    dedup = "dbzcapture:{}:{}".format(spec.name, hashlib.sha256(
-        "\n".join(uris).encode()).hexdigest()[:32])
+    guess = onepass.guess(spark, uris, source)
+    if guess is None:
+        return _MISS
+    result.passes += 1
+    events, obs = onepass.observed(reader.read_events(spark, uris, with_schemas=True),
+                                   guess, source)
+    df = reader.to_lcrs(events, source, guess.tables)
+    if rule_filter is not None:
+        df = rule_filter(df)
+    try:
+        batch = _write(spark, rt, queue, df, spec.name, dedup)
+    except reader.DebeziumFileError:
+        return _MISS  # the two passes name the problem (or the value) exactly
+    seen = obs.get
+    lows = seen.get("min_scn")
+    if seen.get("misses") or (high is not None and lows is not None and lows <= high):
+        if batch is not None:
+            fs.delete(spark, batch.path)
+        log.info("capture %s: %s events not as the files' first events describe them; "
+                 "surveying every event", spec.name, seen.get("misses"))
+        return _MISS
+    result.tables = sorted(guess.tables)
+    result.events += int(seen.get("events") or 0)
+    return batch
+
+
+def _two_passes(spark: SparkSession, rt: SiteRuntime, queue: str, spec: CaptureSpec,
+                uris: list[str], high: int | None, result: DebeziumCaptureResult,
+                rule_filter: RuleFilter | None, dedup: str) -> Any:
+    """Survey every event (pass 1), then convert them (pass 2); returns the batch."""
+    source = debezium_source(spec)
     groups = reader.survey(reader.read_events(spark, uris, with_schemas=True))
     reader.check_records(groups)
     tables = reader.column_types(groups, source)
     result.tables = sorted(tables)
     result.events += sum(g.count for g in groups if g.kind == "event")
-    high, _ = _recorded(rt, spec.name)
     df = reader.to_lcrs(reader.read_events(spark, uris, with_schemas=False), source, tables)
     lows = [g.min_scn for g in groups if g.kind == "event" and g.min_scn is not None]
     if high is not None and lows and min(lows) <= high:
@@ -221,7 +254,22 @@ def capture_files(spark: SparkSession, cfg: PipelineConfig, spec: CaptureSpec,
         result.renumbered = True
     if rule_filter is not None:
         df = rule_filter(df)
-    batch = _write(spark, rt, queue, df, spec.name, dedup)
+    return _write(spark, rt, queue, df, spec.name, dedup)
+
+
+def capture_files(spark: SparkSession, cfg: PipelineConfig, spec: CaptureSpec,
+                  files: list[tuple[str, int, float]], result: DebeziumCaptureResult,
+                  rule_filter: RuleFilter | None = None, lease: Lease | None = None) -> int:
+    """Capture a list of files as one batch. Returns the messages enqueued."""
+    rt, queue = queue_site(cfg, spec.queue)
+    uris = [f[0] for f in files]
+    dedup = "dbzcapture:{}:{}".format(spec.name, hashlib.sha256(
+        "\n".join(uris).encode()).hexdigest()[:32])
+    high, _ = _recorded(rt, spec.name)
+    batch = _one_pass(spark, rt, queue, spec, uris, high, result, rule_filter, dedup)
+    if batch is _MISS:
+        result.passes += 2
+        batch = _two_passes(spark, rt, queue, spec, uris, high, result, rule_filter, dedup)
     report = quality.check_batch(spark, cfg, stage=f"capture:{spec.name}", batch=batch,
                                  queue=spec.queue) if batch is not None else None
     new_high = max(high or 0, batch.max_commit_scn or 0) if batch is not None else high
@@ -266,7 +314,7 @@ def run_debezium_capture(spark: SparkSession, cfg: PipelineConfig, name: str,
             result.messages = capture_files(spark, cfg, spec, files, result, rule_filter, lease)
             result.batches = 1 if result.messages else 0
     result.seconds = time.monotonic() - started
-    log.info("capture %s: %s files, %s events, %s messages enqueued in %.1f s (%s waiting)",
-             name, result.files, result.events, result.messages, result.seconds,
-             result.waiting_files)
+    log.info("capture %s: %s files, %s events, %s messages enqueued in %.1f s (%s JSON "
+             "passes, %s waiting)", name, result.files, result.events, result.messages,
+             result.seconds, result.passes, result.waiting_files)
     return result

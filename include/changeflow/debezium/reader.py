@@ -96,9 +96,16 @@ def read_events(spark: SparkSession, files: list[str], *, with_schemas: bool) ->
 
     df = (spark.read.schema(read_schema(with_schemas)).option("mode", "PERMISSIVE")
           .option("columnNameOfCorruptRecord", CORRUPT).json(files))
+    return envelope_columns(df, F.input_file_name(), with_schemas=with_schemas)
+
+
+def envelope_columns(df: DataFrame, file: Column, *, with_schemas: bool) -> DataFrame:
+    """:func:`read_events`' columns from rows read with :func:`read_schema`."""
+    from pyspark.sql import functions as F
+
     bare = F.struct(*[F.col(f"`{n}`") for n in ENV_NAMES])
     cols = [F.when(F.col("payload").isNotNull(), F.col("payload")).otherwise(bare).alias("e"),
-            F.input_file_name().alias("file"), F.col(CORRUPT).alias("corrupt")]
+            file.alias("file"), F.col(CORRUPT).alias("corrupt")]
     if with_schemas:
         cols.append(F.col("schema"))
     return df.select(*cols)
@@ -121,6 +128,23 @@ class SurveyGroup:
     file: str
     sample: str | None
     min_scn: int | None = None
+    schema_text: str | None = None  # the events' ``schema`` block, as compact JSON text
+
+
+def event_kind() -> Column:
+    """What a record of :func:`read_events` is: ``event``, ``txmeta``, ``tombstone``, or
+    what is wrong with it (``corrupt``, ``no_op``, ``bad_op``, ``no_table``)."""
+    from pyspark.sql import functions as F
+
+    e, op = F.col("e"), F.col("e")["op"]
+    return (F.when(F.col("corrupt").isNotNull(), "corrupt")
+            .when(e["status"].isNotNull(), "txmeta")
+            .when(op.isNull() & e["source"].isNull() & e["before"].isNull()
+                  & e["after"].isNull(), "tombstone")
+            .when(op.isNull(), "no_op")
+            .when(~op.isin(*[o.value for o in E.Op]), "bad_op")
+            .when(e["source"]["table"].isNull(), "no_table")
+            .otherwise("event"))
 
 
 def survey(df: DataFrame) -> list[SurveyGroup]:
@@ -129,14 +153,7 @@ def survey(df: DataFrame) -> list[SurveyGroup]:
 
     e = F.col("e")
     op = e["op"]
-    kind = (F.when(F.col("corrupt").isNotNull(), "corrupt")
-            .when(e["status"].isNotNull(), "txmeta")
-            .when(op.isNull() & e["source"].isNull() & e["before"].isNull()
-                  & e["after"].isNull(), "tombstone")
-            .when(op.isNull(), "no_op")
-            .when(~op.isin(*[o.value for o in E.Op]), "bad_op")
-            .when(e["source"]["table"].isNull(), "no_table")
-            .otherwise("event"))
+    kind = event_kind()
     image = F.when(op == "d", e["before"]).otherwise(e["after"])
     empty = F.array().cast("array<string>")
     sig = F.col("schema") if "schema" in df.columns else F.lit(None)
@@ -156,7 +173,7 @@ def survey(df: DataFrame) -> list[SurveyGroup]:
              F.min("scn").alias("min_scn"))
     return [SurveyGroup(r.kind, r.connector, r.owner, r.tbl, r.op, after_fields(r.sig),
                         list(r.image_keys), list(r.all_keys), r.key_columns, int(r.n), r.file,
-                        r.sample, r.min_scn) for r in rows.collect()]
+                        r.sample, r.min_scn, r.sig) for r in rows.collect()]
 
 
 @dataclass
@@ -373,13 +390,13 @@ def _image_map(img: str, tt: TableTypes) -> Column:
 ERROR_PREFIX = "debezium value error: "
 
 
-def _old_image(tt: TableTypes) -> Column:
+def _old_image(tt: TableTypes, after: Column) -> Column:
     """``before``; for an update without it (replica identity DEFAULT: the key did not
-    change) the key columns of ``after``, so the LCR still names the row it updates."""
+    change) the key columns of ``after`` (its value map), so the LCR still names the
+    row it updates."""
     from pyspark.sql import functions as F
 
     keys = [lcr.canonical_identifier(k) for k in tt.key]
-    after = _image_map("after", tt)
     keyed = F.map_filter(after, lambda k, _v: k.isin(*keys)) if keys else F.lit(None)
     return F.when(F.expr("`e`.`before` is null and `e`.`op` = 'u'"), keyed) \
         .otherwise(_image_map("before", tt))
@@ -446,14 +463,15 @@ def to_lcrs(df: DataFrame, source: DebeziumSource, tables: dict[str, TableTypes]
         "commit_time": commit_time,
         "position": position,
         "key_columns": F.when(is_row, keys),
-        "old_values": F.when(is_row, _per_table(tables, lambda tt: _old_image(tt),
-                                                F.lit(None))),
-        "new_values": F.when(is_row, _per_table(tables, lambda tt: _image_map("after", tt),
-                                                F.lit(None))),
+        "old_values": F.when(is_row, _per_table(tables, lambda tt: _old_image(
+            tt, F.col("cf_new")), F.lit(None))),
+        "new_values": F.col("cf_new"),
     }
     if not source.include_tagged_lcr:
         events = events.where(src["cf_tag"].isNull())
-    return events.select("*", *decoded_slots(tables)) \
+    # the after image's map is built once: new_values, and an update's key without before
+    new = F.when(is_row, _per_table(tables, lambda tt: _image_map("after", tt), F.lit(None)))
+    return events.select("*", *decoded_slots(tables)).select("*", new.alias("cf_new")) \
         .select(*[_field(f, given) for f in lcr.LCR_FIELDS])
 
 
