@@ -347,7 +347,8 @@ def _pg_measure(spark: SparkSession, cluster: Any, rows: int, changes: int) -> d
         loaded, _ = _timed(load)
         src = _changed_ids(spark, rows, changes, 77).select(*_employees(F.col("id"), "p-"))
         buf = io.StringIO()
-        src.toPandas().to_csv(buf, index=False, header=False)
+        frame: Any = src.toPandas()
+        frame.to_csv(buf, index=False, header=False)
         text = buf.getvalue()
         cols = [c.split()[0] for c in ddl.split(", ")]
         sets = ", ".join(f"{c} = excluded.{c}" for c in cols[1:])
