@@ -313,6 +313,11 @@ def write_files(
         m = _BUCKET_DIR.search(file)
         if m:
             out.append(FileEntry(file, int(m.group(1)), table.version + 1, kind, size))
+    if not out:
+        # Nothing written: no rows. Spark drops the observation of an empty input
+        # under the shuffle (its metrics row comes back without a schema and
+        # ``obs.get`` fails an assertion), so it is not asked.
+        return out, 0
     return out, int(obs.get.get("n") or 0)
 
 
