@@ -191,7 +191,7 @@ def test_backfill_of_two_past_windows_delivers_pending_once(
               "--to", to.isoformat())
     assert '"runs": 2' in out, out
     done = []
-    deadline = time.monotonic() + 300
+    deadline = time.monotonic() + 600  # two windows, each a spark-submit: minutes on a loaded 2-core machine
     while len(done) < 2:
         assert time.monotonic() < deadline, airflow.runs(DAILY)
         done = [r for r in airflow.runs(DAILY)
