@@ -33,9 +33,10 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from changeflow.apply import enqueue as enq
+from changeflow.apply.compaction import compact
 from changeflow.apply.handlers import Handlers
 from changeflow.apply.passes import Pass
-from changeflow.apply.target import TargetCatalog, compact
+from changeflow.apply.target import TargetCatalog
 from changeflow.config import ApplySpec, PipelineConfig
 from changeflow.errors import ConfigError, TerminalError
 from changeflow.sites import consumer_name, open_pipeline, queue_site

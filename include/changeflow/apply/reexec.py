@@ -108,9 +108,10 @@ def execute_errors(cfg: PipelineConfig, apply: str, ids: list[int] | None = None
 def _parquet(spark: SparkSession, cfg: PipelineConfig, spec: ApplySpec, rt: Any, lease: Lease,
              prepared: list[tuple[errorq.ErrorEntry, list[dict[str, Any]]]],
              result: ReexecResult) -> None:
+    from changeflow.apply.compaction import compact
     from changeflow.apply.engine import ApplyResult
     from changeflow.apply.passes import Pass
-    from changeflow.apply.target import TargetCatalog, compact
+    from changeflow.apply.target import TargetCatalog
 
     handlers = Handlers.from_config(spec.handlers, spark)
     catalog = TargetCatalog(rt.store, rt.spec.target_root)

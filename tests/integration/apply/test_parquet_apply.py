@@ -52,7 +52,7 @@ def test_update_without_unchanged_columns_keeps_them(spark, make_cfg, enqueue) -
     assert table_rows(spark, cfg) == [(1, 2, "x" * 1000)]
     cat = target_catalog(cfg, cfg.applies[0])
     assert any(f.kind == "pdelta" for f in cat.files("hr.emp"))
-    from changeflow.apply.target import compact
+    from changeflow.apply.compaction import compact
 
     compact(spark, cat, "hr.emp", ratio=0.0, max_deltas=0)  # every bucket: the partial
     # image is resolved into the base
@@ -62,7 +62,7 @@ def test_update_without_unchanged_columns_keeps_them(spark, make_cfg, enqueue) -
 
 def test_compaction_over_a_base_resolves_only_changed_keys_and_keeps_the_rest(
         spark, make_cfg, enqueue) -> None:  # type: ignore[no-untyped-def]
-    from changeflow.apply.target import compact
+    from changeflow.apply.compaction import compact
 
     cfg = make_cfg(APPLY)
     cat = target_catalog(cfg, cfg.applies[0])
