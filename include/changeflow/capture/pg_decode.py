@@ -103,8 +103,12 @@ def int_to_lsn(value: int) -> str:
     return f"{value >> 32:X}/{value & 0xFFFFFFFF:X}"
 
 
-class Column(msgspec.Struct):
-    """One column of a change (``columns`` or ``identity``), as wal2json writes it."""
+class Column(msgspec.Struct, gc=False):
+    """One column of a change (``columns`` or ``identity``), as wal2json writes it.
+
+    Not tracked by the cyclic GC (``gc=False``): a batch holds hundreds of thousands
+    of them, and they cannot form cycles.
+    """
 
     name: str
     typeoid: int | None = None
@@ -112,7 +116,7 @@ class Column(msgspec.Struct):
     type: str | None = None
 
 
-class Change(msgspec.Struct):
+class Change(msgspec.Struct, gc=False):
     """One wal2json format-2 document (begin, change, commit or logical message)."""
 
     action: str
@@ -150,9 +154,14 @@ class PgTransaction:
 
     xid: int
     end_lsn: int
-    commit_time: dt.datetime
+    commit_text: str  # the commit timestamp as wal2json wrote it (parsed in bulk)
     origin: int
     changes: list[Change] = field(default_factory=list)
+
+    @property
+    def commit_time(self) -> dt.datetime:
+        """The commit time (UTC)."""
+        return _timestamptz(self.commit_text)
 
 
 def decode(text: str | bytes) -> list[Change]:
@@ -221,11 +230,32 @@ def _outside(docs: list[Change], acts: list[str], start: int, stop: int) -> None
 _ACTIONS = frozenset(("B", "C", "I", "U", "D", "T", "M"))
 
 
-def _commit_time(doc: Change) -> dt.datetime:
+def _commit_time(doc: Change) -> str:
+    """The commit document's timestamp text (parsed later, a batch at a time)."""
     if doc.timestamp is None:
         raise DecodeError(f"wal2json {doc.action} document without a timestamp "
                           "(include-timestamp must be on)")
-    return _timestamptz(doc.timestamp)
+    return doc.timestamp
+
+
+def commit_times(texts: list[str]) -> Any:
+    """Commit timestamps (wal2json's text) as an Arrow ``timestamp[us, UTC]`` array.
+
+    Arrow parses them in one call; a text it refuses (an offset with seconds, as
+    historical time zones have) sends the batch through :func:`_timestamptz`.
+
+    >>> [t.isoformat() for t in commit_times(["2024-05-01 12:00:00.5+02",
+    ...                                        "1890-01-01 10:00:00+00:09:21"]).to_pylist()]
+    ['2024-05-01T10:00:00.500000+00:00', '1890-01-01T09:50:39+00:00']
+    """
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    utc = pa.timestamp("us", tz="UTC")
+    try:
+        return pc.cast(pa.array(texts, pa.string()), utc)
+    except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
+        return pa.array([_timestamptz(t) for t in texts], utc)
 
 
 COMMANDS = {"I": "INSERT", "U": "UPDATE", "D": "DELETE"}

@@ -27,6 +27,7 @@ from changeflow.capture.pg_decode import (
     Column,
     PgTransaction,
     UnsupportedTypeError,
+    commit_times,
     convert_value,
     unsupported_type,
 )
@@ -138,8 +139,8 @@ class LcrBuilder:
             "source_database_name": per_txn([db for _, _, db in self.txns], pa.string()),
             "transaction_id": per_txn([str(t.xid) for t, _, _ in self.txns], pa.string()),
             "commit_scn": per_txn([t.end_lsn for t, _, _ in self.txns], pa.int64()),
-            "commit_time": per_txn([t.commit_time for t, _, _ in self.txns],
-                                   pa.timestamp("us", tz="UTC")),
+            "commit_time": commit_times([t.commit_text for t, _, _ in self.txns]
+                                        ).take(which),
         }
 
     def _change_columns(self) -> dict[str, Any]:
