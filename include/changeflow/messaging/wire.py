@@ -231,11 +231,19 @@ class _Committer:
 
     A thread that finds no open batch opens one and leads it: it waits for the
     previous batch to commit (its turn at the file), closes its batch, runs every job
-    of it in one ``BEGIN IMMEDIATE`` ... ``COMMIT`` (each job in a savepoint, so a job
-    that fails is undone alone and gets its error), then wakes the others. Threads
+    of it in one ``BEGIN IMMEDIATE`` ... ``COMMIT``, then wakes the others. Threads
     that arrive while a batch waits for its turn join it. One fsync then serves
     several callers, and no thread sleeps in SQLite's busy handler (1 to 100 ms
     between retries) waiting for another of this process.
+
+    A job that fails must be undone alone. The jobs first run back to back, without
+    savepoints (each statement gives up the GIL, and getting it back may wait for
+    another thread while the file's write lock is held: two statements less per job
+    keep the transaction short). When one fails, the whole transaction is rolled back
+    and the batch runs again with each job in a savepoint, so the failing job gets its
+    error and the others commit. A job is a function of the cursor whose parameters
+    were prepared before (:meth:`Compiled.run`), so running it again after a rollback
+    does the same work once: only the committed run counts.
     """
 
     def __init__(self) -> None:
@@ -273,6 +281,8 @@ class _Committer:
                 if self.open is batch:
                     self.open = None
             jobs = list(batch.jobs)
+            if len(jobs) > 1 and self._together(store, jobs):
+                return
             with transaction(store) as cursor:
                 if len(jobs) == 1:
                     jobs[0][1] = jobs[0][0](cursor)
@@ -293,6 +303,23 @@ class _Committer:
                 raise
         finally:
             self.turn.release()
+
+    @staticmethod
+    def _together(store: StateStore, jobs: list[list[Any]]) -> bool:
+        """Run the jobs in one transaction without savepoints; False if one failed
+        (nothing of it committed: the caller runs them again one savepoint each)."""
+        results: list[Any] = []
+        try:
+            with transaction(store) as cursor:
+                for slot in jobs:
+                    results.append(slot[0](cursor))
+        except Exception as exc:
+            if isinstance(exc, StateStoreError) or _classify(exc):  # the store's trouble:
+                raise  # every job gets it
+            return False
+        for slot, result in zip(jobs, results, strict=True):
+            slot[1] = result
+        return True
 
     @staticmethod
     def _fail(batch: _Batch, exc: BaseException) -> None:

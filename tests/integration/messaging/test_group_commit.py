@@ -58,11 +58,11 @@ def _grouped(store: StateStore, jobs: list[Any]) -> list[Any]:
 def test_a_batch_commits_every_job_once_and_undoes_only_the_failing_one(
         tmp_path: Path) -> None:
     store = _table(tmp_path / "g.db")
-    cursors: list[int] = []
+    runs: list[tuple[Any, int]] = []
 
     def insert(x: int, fail: bool = False) -> Any:
         def job(cursor: Any) -> int:
-            cursors.append(id(cursor))
+            runs.append((cursor, x))
             cursor.execute("INSERT INTO t VALUES (?)", (x,))
             if fail:
                 raise ValueError(f"job {x} failed")
@@ -70,11 +70,41 @@ def test_a_batch_commits_every_job_once_and_undoes_only_the_failing_one(
         return job
 
     out = _grouped(store, [insert(1), insert(2, fail=True), insert(3), insert(4)])
-    assert len(set(cursors)) == 1, "the jobs did not share one transaction"
+    # the run without savepoints stopped at job 2; the batch ran again, job by job
+    last = runs[-4:]
+    assert sorted(x for _, x in last) == [1, 2, 3, 4]
+    assert len({id(c) for c, _ in last}) == 1, "the jobs did not share one transaction"
     assert out[0] == 1 and out[2] == 3 and out[3] == 4
     assert isinstance(out[1], ValueError) and "job 2 failed" in str(out[1])
     with sqlite3.connect(tmp_path / "g.db") as raw:
         assert sorted(r[0] for r in raw.execute("SELECT x FROM t")) == [1, 3, 4]
+
+
+def test_a_batch_without_failures_runs_each_job_once_in_one_transaction(
+        tmp_path: Path) -> None:
+    store = _table(tmp_path / "once.db")
+    runs: list[tuple[Any, int]] = []
+    statements: list[str] = []
+
+    def insert(x: int) -> Any:
+        def job(cursor: Any) -> int:
+            runs.append((cursor, x))
+            cursor.execute("INSERT INTO t VALUES (?)", (x,))
+            return x
+        return job
+
+    committer = wire._committers.get(store.engine) or wire._Committer()
+    wire._committers[store.engine] = committer
+    with store.engine.connect() as c:  # the pool's connection: trace what it runs
+        c.connection.driver_connection.set_trace_callback(statements.append)
+    out = _grouped(store, [insert(x) for x in range(1, 6)])
+    assert out == [1, 2, 3, 4, 5]
+    assert sorted(x for _, x in runs) == [1, 2, 3, 4, 5], "a job ran more than once"
+    assert len({id(c) for c, _ in runs}) == 1
+    assert [s for s in statements if s.startswith("INSERT")], "the trace saw nothing"
+    assert not [s for s in statements if "SAVEPOINT" in s.upper()], statements
+    with sqlite3.connect(tmp_path / "once.db") as raw:
+        assert sorted(r[0] for r in raw.execute("SELECT x FROM t")) == [1, 2, 3, 4, 5]
 
 
 def test_a_broken_transaction_fails_every_job_of_the_batch(tmp_path: Path) -> None:
