@@ -101,7 +101,15 @@ class Notifier:
         return regs
 
     def poll(self) -> int:
-        """Queue notifications for the messages committed since the last poll."""
+        """Queue notifications for the messages committed since the last poll.
+
+        Without any registration nothing is read (the registrations themselves are
+        re-read at most once a second): the poller wakes on every commit of this
+        process, and a read transaction per commit would cost the service's requests
+        their time on the GIL and a pooled connection each.
+        """
+        if self._watermark is not None and not self.registrations():
+            return 0
         with self.store.read() as conn:
             if self._watermark is None:
                 self._watermark = int(conn.execute(select(M.c.id).order_by(M.c.id.desc())
