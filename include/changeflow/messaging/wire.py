@@ -18,24 +18,34 @@ statement, ``COMMIT``).
 Driver errors are classified like the store's: a lost connection or a busy database
 is a transient :class:`~changeflow.errors.StateStoreError` (the pool discards a
 connection the server dropped).
+
+A few driver connections (:data:`SPARES` per engine) stay checked out of the pool
+between statements, ready for the next one (:class:`_Spares`): a pool checkout and
+check-in (with its reset) cost about as much Python as the statement itself. Only a
+connection whose transaction ended cleanly is kept (committed, or a read with no
+transaction open; on PostgreSQL in autocommit); ``engine.dispose()`` closes them, and a
+forked process does not use its parent's.
 """
 
 from __future__ import annotations
 
 import collections
 import functools
+import logging
+import os
 import threading
 import weakref
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from typing import Any, TypeVar
 
-from sqlalchemy import ColumnElement, Engine
+from sqlalchemy import ColumnElement, Engine, event
 from sqlalchemy.engine.interfaces import Dialect
 
 from changeflow.errors import StateStoreError
 from changeflow.state import StateStore
 
+log = logging.getLogger(__name__)
 _lock = threading.Lock()
 _compiled: dict[tuple[int, str], Compiled] = {}
 Processor = Callable[[Any], Any] | None
@@ -161,6 +171,70 @@ def _classify(exc: BaseException) -> bool:
     return name in ("OperationalError", "InterfaceError")
 
 
+#: Driver connections kept out of the pool per engine, for the next statement.
+SPARES = 4
+
+
+class _Spares:
+    """An engine's spare driver connections (see the module docstring)."""
+
+    def __init__(self, engine: Engine) -> None:
+        self.pid = os.getpid()
+        self.free: list[Any] = []
+        self.lock = threading.Lock()
+        event.listen(engine, "engine_disposed", self.close)
+
+    def take(self) -> Any:
+        """A spare connection, or None."""
+        if self.pid != os.getpid():
+            return None
+        with self.lock:
+            return self.free.pop() if self.free else None
+
+    def keep(self, conn: Any) -> bool:
+        """Keep ``conn`` for the next statement; False when there are enough spares."""
+        if self.pid != os.getpid():
+            return False
+        with self.lock:
+            if len(self.free) < SPARES:
+                self.free.append(conn)
+                return True
+        return False
+
+    def close(self, *_: Any) -> None:
+        """Close every spare connection (the engine was disposed)."""
+        with self.lock:
+            free, self.free = self.free, []
+        for conn in free:
+            try:
+                conn.invalidate()  # closes the driver connection
+            except Exception:  # noqa: BLE001  (closing a broken connection)
+                log.debug("closing a spare connection", exc_info=True)
+
+
+_spares: weakref.WeakKeyDictionary[Engine, _Spares] = weakref.WeakKeyDictionary()
+
+
+def _spares_of(engine: Engine) -> _Spares:
+    found = _spares.get(engine)
+    if found is None:
+        with _lock:
+            found = _spares.get(engine)
+            if found is None:
+                found = _spares[engine] = _Spares(engine)
+    return found
+
+
+def _release(conn: Any, postgres: bool) -> None:
+    """Return a driver connection to the pool (out of autocommit on PostgreSQL)."""
+    if postgres and conn.driver_connection is not None:
+        try:
+            conn.driver_connection.autocommit = False
+        except Exception:  # noqa: BLE001  (a broken connection: the pool drops it)
+            conn.invalidate()
+    conn.close()
+
+
 @contextmanager
 def transaction(store: StateStore, *, write: bool = True) -> Iterator[Any]:
     """One write transaction on a raw driver connection; yields its cursor.
@@ -174,17 +248,22 @@ def transaction(store: StateStore, *, write: bool = True) -> Iterator[Any]:
         StateStoreError: the store is unreachable or busy (transient); the driver's
             other errors pass through, after the transaction is rolled back.
     """
-    try:
-        conn = store.engine.raw_connection()
-    except Exception as exc:  # noqa: BLE001  (the pool raises SQLAlchemy's wrapper)
-        raise StateStoreError(f"state store {store.safe_url!r}: cannot connect: "
-                              f"{str(exc).splitlines()[0]}") from exc
+    spares = _spares_of(store.engine)
+    conn = spares.take()
+    spare = conn is not None
+    if conn is None:
+        try:
+            conn = store.engine.raw_connection()
+        except Exception as exc:  # noqa: BLE001  (the pool raises SQLAlchemy's wrapper)
+            raise StateStoreError(f"state store {store.safe_url!r}: cannot connect: "
+                                  f"{str(exc).splitlines()[0]}") from exc
     sqlite = store.dialect == "sqlite"
     begin = sqlite and write
     driver = conn.driver_connection
     cursor = None
+    clean = False
     try:
-        if not sqlite:
+        if not sqlite and not spare:
             driver.autocommit = True  # type: ignore[union-attr]
         cursor = conn.cursor()
         if begin:
@@ -192,6 +271,7 @@ def transaction(store: StateStore, *, write: bool = True) -> Iterator[Any]:
         yield cursor
         if begin:
             cursor.execute("COMMIT")
+        clean = True
     except BaseException as exc:
         _abort(conn, begin)
         if _classify(exc):
@@ -203,12 +283,8 @@ def transaction(store: StateStore, *, write: bool = True) -> Iterator[Any]:
     finally:
         if cursor is not None:
             cursor.close()
-        if not sqlite and conn.driver_connection is not None:
-            try:
-                driver.autocommit = False  # type: ignore[union-attr]
-            except Exception:  # noqa: BLE001  (a broken connection: the pool drops it)
-                conn.invalidate()
-        conn.close()
+        if not (clean and spares.keep(conn)):
+            _release(conn, not sqlite)
 
 
 #: Seconds a write waits for its turn in this process (the store's busy timeout).

@@ -97,6 +97,8 @@ def test_a_batch_without_failures_runs_each_job_once_in_one_transaction(
     wire._committers[store.engine] = committer
     with store.engine.connect() as c:  # the pool's connection: trace what it runs
         c.connection.driver_connection.set_trace_callback(statements.append)
+    for spare in wire._spares_of(store.engine).free:  # and the hot path's spare ones
+        spare.driver_connection.set_trace_callback(statements.append)
     out = _grouped(store, [insert(x) for x in range(1, 6)])
     assert out == [1, 2, 3, 4, 5]
     assert sorted(x for _, x in runs) == [1, 2, 3, 4, 5], "a job ran more than once"
