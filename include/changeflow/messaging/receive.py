@@ -214,7 +214,7 @@ class Receiver:
         else:
             stmt = wire.compiled(store.engine, f"aq:take:{shape}:{kind}",
                                  lambda: DQ.take_statement(shape, kind, versioned=True),
-                                 list(S.messages.c))
+                                 DQ.TAKEN)
             rows = stmt.run(store, params)
         if not rows:
             return []

@@ -53,6 +53,7 @@ def test_hot_enqueue_and_dequeue_keep_properties_and_types(store: StateStore) ->
     assert taken.enq_time.tzinfo is not None and taken.enq_time >= before.replace(
         microsecond=0) - dt.timedelta(seconds=1)
     assert taken.enq_time == browsed.enq_time
+    assert taken == browsed  # every property (the take returns only the columns it needs)
     assert s.dequeue("app.orders", wait=0) is None  # it was removed
 
 
