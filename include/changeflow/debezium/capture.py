@@ -32,10 +32,12 @@ from sqlalchemy import select
 
 from changeflow import faults, fs, quality
 from changeflow.config import CaptureSpec, PipelineConfig
-from changeflow.debezium import onepass, reader
+from changeflow.debezium import convert, onepass, reader
 from changeflow.debezium.config import DebeziumSource
 from changeflow.errors import ConfigError
+from changeflow.queues import arrow_io as qarrow
 from changeflow.queues import io as qio
+from changeflow.queues.model import Batch, NewBatch
 from changeflow.sites import SiteRuntime, open_pipeline, queue_site
 from changeflow.state import schema, utcnow
 from changeflow.state.leases import Lease
@@ -47,6 +49,9 @@ log = logging.getLogger(__name__)
 CP = schema.capture_progress
 POSITION = "debezium:position"
 SETTLE_SECONDS = 60.0
+#: Batches up to this size on disk are quality-checked in Arrow on the driver (about
+#: ten times as many bytes in memory), larger ones by Spark jobs.
+ARROW_CHECK_BYTES = 32 * 2**20
 
 
 @dataclass
@@ -188,8 +193,8 @@ def _write(spark: SparkSession, rt: SiteRuntime, queue: str, df: DataFrame, name
                                dedup_key=dedup)
     except Exception as exc:  # noqa: BLE001  (a value error raised inside the Spark job)
         text = str(exc)
-        if reader.ERROR_PREFIX in text:
-            detail = text.split(reader.ERROR_PREFIX, 1)[1].split("\n", 1)[0]
+        if convert.ERROR_PREFIX in text:
+            detail = text.split(convert.ERROR_PREFIX, 1)[1].split("\n", 1)[0]
             raise reader.DebeziumFileError(detail.strip().rstrip(".").removeprefix(
                 "file:").strip()) from None
         raise
@@ -215,7 +220,7 @@ def _one_pass(spark: SparkSession, rt: SiteRuntime, queue: str, spec: CaptureSpe
     result.passes += 1
     events, obs = onepass.observed(reader.read_events(spark, uris, with_schemas=True),
                                    guess, source)
-    df = reader.to_lcrs(events, source, guess.tables)
+    df = convert.to_lcrs(events, source, guess.tables)
     if rule_filter is not None:
         df = rule_filter(df)
     try:
@@ -245,7 +250,7 @@ def _two_passes(spark: SparkSession, rt: SiteRuntime, queue: str, spec: CaptureS
     tables = reader.column_types(groups, source)
     result.tables = sorted(tables)
     result.events += sum(g.count for g in groups if g.kind == "event")
-    df = reader.to_lcrs(reader.read_events(spark, uris, with_schemas=False), source, tables)
+    df = convert.to_lcrs(reader.read_events(spark, uris, with_schemas=False), source, tables)
     lows = [g.min_scn for g in groups if g.kind == "event" and g.min_scn is not None]
     if high is not None and lows and min(lows) <= high:
         log.warning("capture %s: transactions at or below the captured position %s arrived "
@@ -255,6 +260,29 @@ def _two_passes(spark: SparkSession, rt: SiteRuntime, queue: str, spec: CaptureS
     if rule_filter is not None:
         df = rule_filter(df)
     return _write(spark, rt, queue, df, spec.name, dedup)
+
+
+def check_quality(spark: SparkSession, cfg: PipelineConfig, spec: CaptureSpec, queue: str,
+                  batch: NewBatch | None) -> quality.QualityReport | None:
+    """The quality checks of the written batch (None: quality off, or no batch).
+
+    A batch of up to :data:`ARROW_CHECK_BYTES` is read back with pyarrow on the driver
+    and checked as the PostgreSQL capture checks its batches
+    (:func:`quality.check_arrow_batch`: the same ``lcr_batch`` suite, and a batch that
+    fails any check is checked again, reported and set aside by the Spark path);
+    reading a small batch so costs far less than the Spark jobs of
+    :func:`quality.check_batch`, which checks larger batches.
+    """
+    if batch is None or not cfg.quality.enabled:
+        return None
+    stage = f"capture:{spec.name}"
+    if batch.n_bytes <= ARROW_CHECK_BYTES:
+        table = qarrow.read_arrow_batches([Batch(0, queue, batch.batch_id, batch.path,
+                                                 batch.n_messages, batch.n_bytes,
+                                                 batch.producer, batch.dedup_key, None)])
+        return quality.check_arrow_batch(spark, cfg, stage=stage, batch=batch,
+                                         queue=spec.queue, table=table)
+    return quality.check_batch(spark, cfg, stage=stage, batch=batch, queue=spec.queue)
 
 
 def capture_files(spark: SparkSession, cfg: PipelineConfig, spec: CaptureSpec,
@@ -270,8 +298,7 @@ def capture_files(spark: SparkSession, cfg: PipelineConfig, spec: CaptureSpec,
     if batch is _MISS:
         result.passes += 2
         batch = _two_passes(spark, rt, queue, spec, uris, high, result, rule_filter, dedup)
-    report = quality.check_batch(spark, cfg, stage=f"capture:{spec.name}", batch=batch,
-                                 queue=spec.queue) if batch is not None else None
+    report = check_quality(spark, cfg, spec, queue, batch)
     new_high = max(high or 0, batch.max_commit_scn or 0) if batch is not None else high
     with rt.store.begin() as conn:
         if lease is not None:

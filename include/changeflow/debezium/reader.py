@@ -4,10 +4,10 @@
    events' schemas declare, the sets of columns the row images hold, and every kind of
    bad record (not JSON, no ``op``, an unknown op, no table): :func:`column_types`
    turns it into the types of each table, or a clear error naming the file.
-2. :func:`to_lcrs`: a pure ``DataFrame -> DataFrame`` transform of the same files into
-   the LCR contract. Values are decoded with Spark expressions (:mod:`.types`); a value
-   that does not decode as its column's type stops the job with an error naming the
-   file, table, column and value.
+2. :func:`.convert.to_lcrs`: a pure ``DataFrame -> DataFrame`` transform of the same
+   files into the LCR contract. Values are decoded with Spark expressions
+   (:mod:`.types`); a value that does not decode as its column's type stops the job
+   with an error naming the file, table, column and value.
 
 Row images are read as ``map<string,string>`` (each value as its JSON text), so one
 read schema serves every table and a column that is absent stays absent.
@@ -19,7 +19,6 @@ import json
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from changeflow import lcr, values
 from changeflow.debezium import envelope as E
 from changeflow.debezium import types as T
 from changeflow.debezium.config import DebeziumSource
@@ -308,7 +307,7 @@ def _check_image(tt: TableTypes, g: SurveyGroup) -> None:
             f"{missing[0]!r} in '{op.key_image}'")
 
 
-# --- pass 2 ----------------------------------------------------------------------------
+# --- positions ---------------------------------------------------------------------
 
 def native_position(e: Column) -> Column:
     """The commit position of an event's transaction, by connector.
@@ -323,162 +322,3 @@ def native_position(e: Column) -> Column:
     last_commit = F.get_json_object(src["sequence"], "$[0]").try_cast("bigint")
     return F.when(src["connector"] == "postgresql",
                   F.coalesce(last_commit, src["lsn"])).otherwise(src["lsn"])
-
-
-def _canon(c: Column) -> Column:
-    from pyspark.sql import functions as F
-
-    return F.when(c == F.lower(c), F.upper(c)).otherwise(c)
-
-
-def _lit(text: str) -> str:
-    """A SQL string literal."""
-    return "'" + text.replace("\\", "\\\\").replace("'", "\\'") + "'"
-
-
-def _slot(img: str, i: int) -> str:
-    return f"cf_{img}_{i}"
-
-
-def decoded_slots(tables: dict[str, TableTypes]) -> list[Column]:
-    """Pass 2's first projection: every value of both images decoded once.
-
-    Slot ``i`` of an image holds the ``i``-th column of the row's table as an LCR value
-    struct (one type for every column type). The LCR's maps and the value checks then
-    read the slots, so Spark does not decode a value once for each place that uses it.
-    """
-    from pyspark.sql import functions as F
-
-    width = max((len(tt.columns) for tt in tables.values()), default=0)
-    out = []
-    for img in ("before", "after"):
-        for i in range(width):
-            def build(tt: TableTypes, i: int = i, img: str = img) -> Column:
-                if i >= len(tt.columns):
-                    return F.lit(None)
-                name, ft = list(tt.columns.items())[i]
-                decoded = F.expr(T.decode_sql(f"`e`.`{img}`[{_lit(name)}]", ft))
-                return values.value_struct(decoded, ft.logical)
-
-            out.append(_per_table(tables, build, F.lit(None)).alias(_slot(img, i)))
-    return out
-
-
-def _image_map(img: str, tt: TableTypes) -> Column:
-    """The LCR value map of row image ``e.<img>``; a value of the wrong type fails the job."""
-    from pyspark.sql import functions as F
-
-    ref = f"`e`.`{img}`"
-    entries, checks = [], []
-    for i, (name, ft) in enumerate(tt.columns.items()):
-        raw = f"{ref}[{_lit(name)}]"
-        slot = F.col(_slot(img, i))
-        entries.append(F.when(F.expr(f"map_contains_key({ref}, {_lit(name)})"), F.struct(
-            F.lit(lcr.canonical_identifier(name)).alias("key"), slot.alias("value"))))
-        decoded = slot.getField(lcr.LOGICAL_TYPES[ft.logical].field)
-        checks.append(F.when(F.expr(raw).isNotNull() & decoded.isNull(), F.concat(
-            F.lit(f"{tt.label}.{name}: value "), F.substring(F.expr(raw), 1, 60),
-            F.lit(f" is not a {ft.logical} (Debezium codec {ft.codec})"))))
-    built = F.map_from_entries(F.array_compact(F.array(*entries)))
-    bad = F.coalesce(*checks) if checks else F.lit(None).cast("string")
-    return (F.when(F.expr(ref).isNull(), F.lit(None))
-            .when(bad.isNotNull(), F.raise_error(F.concat(
-                F.lit(ERROR_PREFIX), F.col("file"), F.lit(": "), bad)))
-            .otherwise(built))
-
-
-ERROR_PREFIX = "debezium value error: "
-
-
-def _old_image(tt: TableTypes, after: Column) -> Column:
-    """``before``; for an update without it (replica identity DEFAULT: the key did not
-    change) the key columns of ``after`` (its value map), so the LCR still names the
-    row it updates."""
-    from pyspark.sql import functions as F
-
-    keys = [lcr.canonical_identifier(k) for k in tt.key]
-    keyed = F.map_filter(after, lambda k, _v: k.isin(*keys)) if keys else F.lit(None)
-    return F.when(F.expr("`e`.`before` is null and `e`.`op` = 'u'"), keyed) \
-        .otherwise(_image_map("before", tt))
-
-
-def _per_table(tables: dict[str, TableTypes], build: Any, default: Column) -> Column:
-    """``build(tt)`` for the row's table, as one CASE over the tables."""
-    from pyspark.sql import functions as F
-
-    out = None
-    for tt in tables.values():
-        cond = (F.col("e")["source"]["schema"] == tt.owner) & \
-            (F.col("e")["source"]["table"] == tt.table)
-        out = F.when(cond, build(tt)) if out is None else out.when(cond, build(tt))
-    return default if out is None else out.otherwise(default)
-
-
-def to_lcrs(df: DataFrame, source: DebeziumSource, tables: dict[str, TableTypes]) -> DataFrame:
-    """Pass 2: the events of the captured tables as LCRs (contract columns, in order).
-
-    A pure transform of :func:`read_events`' output. Transaction metadata events,
-    tombstones and events of tables not captured are left out.
-    """
-    from pyspark.sql import functions as F
-
-    e = F.col("e")
-    src = e["source"]
-    mine = F.lit(False)
-    for tt in tables.values():
-        mine = mine | ((src["schema"] == tt.owner) & (src["table"] == tt.table))
-    events = df.where(F.col("corrupt").isNull() & e["status"].isNull() & e["op"].isNotNull()
-                      & mine)
-    command = F.expr("case e.op " + " ".join(f"when '{o.value}' then '{o.command}'"
-                                               for o in E.Op) + " end")
-    database = F.coalesce(src["cf_source_database"], F.lit(source.database.upper()))
-    scn = native_position(e)
-    txn = F.coalesce(e["transaction"]["id"], src["txId"].cast("string"), F.concat(F.lit("dbz:"),
-                                                                   scn.cast("string")))
-    position = F.coalesce(e["transaction"]["total_order"], src["lsn"], F.lit(0))
-    owner, name = _canon(src["schema"]), _canon(src["table"])
-    keys = _per_table(tables, lambda tt: F.array(*[F.lit(lcr.canonical_identifier(k))
-                                                   for k in tt.key]),
-                      F.lit(None).cast("array<string>"))
-    is_row = e["op"] != "t"
-    commit_time = F.coalesce(F.timestamp_micros(src["ts_us"]), F.timestamp_millis(src["ts_ms"]),
-                             F.timestamp_millis(e["ts_ms"]))
-    msg_id = F.coalesce(src["cf_msg_id"], F.substring(F.sha2(F.concat_ws(
-        "\x1f", database, scn.cast("string"), txn, owner, name, position.cast("string"),
-        F.to_json(e["after"]), F.to_json(e["before"])), 256), 1, 32))
-    given: dict[str, Column] = {
-        "msg_id": msg_id,
-        "kind": F.when(is_row, "ROW").otherwise("DDL"),
-        "origin": F.lit("CAPTURED"),
-        "source_database_name": F.upper(database),
-        "command_type": command,
-        "object_owner": owner,
-        "object_name": name,
-        "object_type": F.when(~is_row, "TABLE"),
-        "ddl_text": F.when(~is_row, F.concat(F.lit('TRUNCATE TABLE "'), src["schema"],
-                                             F.lit('"."'), src["table"], F.lit('"'))),
-        "tag": F.try_to_binary(src["cf_tag"], F.lit("hex")),
-        "transaction_id": txn,
-        "commit_scn": scn,
-        "commit_time": commit_time,
-        "position": position,
-        "key_columns": F.when(is_row, keys),
-        "old_values": F.when(is_row, _per_table(tables, lambda tt: _old_image(
-            tt, F.col("cf_new")), F.lit(None))),
-        "new_values": F.col("cf_new"),
-    }
-    if not source.include_tagged_lcr:
-        events = events.where(src["cf_tag"].isNull())
-    # the after image's map is built once: new_values, and an update's key without before
-    new = F.when(is_row, _per_table(tables, lambda tt: _image_map("after", tt), F.lit(None)))
-    return events.select("*", *decoded_slots(tables)).select("*", new.alias("cf_new")) \
-        .select(*[_field(f, given) for f in lcr.LCR_FIELDS])
-
-
-def _field(spec: tuple[str, str, bool], given: dict[str, Column]) -> Column:
-    from pyspark.sql import functions as F
-
-    name, ddl, _ = spec
-    if name == "schema_version":
-        return F.lit(lcr.SCHEMA_VERSION).alias(name)
-    return given.get(name, F.lit(None)).cast(lcr.spark_type(ddl)).alias(name)

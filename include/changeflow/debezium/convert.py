@@ -1,0 +1,314 @@
+"""Pass 2: change events into LCRs, as one chain of code-generated projections.
+
+:func:`to_lcrs` is a pure ``DataFrame -> DataFrame`` transform of
+:func:`.reader.read_events`' output. It is shaped for Spark's whole-stage code
+generation, which is what makes it fast:
+
+1. the envelope's fields the LCR needs are lifted out of the nested event into flat
+   columns, once (the commit position, which parses ``source.sequence``, is read once
+   and used by the commit position, the transaction id and the message id);
+2. each row image becomes its LCR value map in one ``map(...)`` expression per table
+   (a ``CASE`` over the captured tables, by a table number computed in step 1);
+3. the value checks read the built maps back (a value that was present in the image
+   but did not decode is NULL in its map) and stop the job with an error naming file,
+   table, column and value; the message id is hashed.
+
+No step carries a wide column: Spark generates code only for operators whose rows
+have at most ``spark.sql.codegen.maxFields`` (100) fields, nested fields counted, and
+runs wider ones row by row through interpreted expressions, many times slower. (An
+earlier design decoded each value into a slot column holding a 10-field value struct,
+so twelve slots already went over the limit.) Nothing here uses a lambda
+(``transform``, ``filter``) on the common path, as Spark does not generate code for
+those either.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from changeflow import lcr, values
+from changeflow.debezium import envelope as E
+from changeflow.debezium import types as T
+from changeflow.debezium.config import DebeziumSource
+from changeflow.debezium.reader import TableTypes, native_position
+
+if TYPE_CHECKING:
+    from pyspark.sql import Column, DataFrame
+
+ERROR_PREFIX = "debezium value error: "
+_IMAGES = {"before": "cf_before", "after": "cf_after"}
+_ENTRIES = f"array<struct<`key`:string,`value`:{lcr.VALUE_DDL}>>"
+
+
+def _lit(text: str) -> str:
+    """A SQL string literal.
+
+    >>> _lit("it's")
+    "'it\\\\'s'"
+    """
+    return "'" + text.replace("\\", "\\\\").replace("'", "\\'") + "'"
+
+
+def _canon(c: Column) -> Column:
+    from pyspark.sql import functions as F
+
+    return F.when(c == F.lower(c), F.upper(c)).otherwise(c)
+
+
+def _per_table(tables: dict[str, TableTypes], build: Any, default: Column | None = None
+               ) -> Column:
+    """``build(tt)`` for the row's table (by the number in ``cf_t``), one CASE."""
+    from pyspark.sql import functions as F
+
+    t = F.col("cf_t")
+    out = None
+    for i, tt in enumerate(tables.values()):
+        out = F.when(t == i, build(tt)) if out is None else out.when(t == i, build(tt))
+    if out is None:
+        return F.lit(None) if default is None else default
+    return out if default is None else out.otherwise(default)
+
+
+def _table_number(tables: dict[str, TableTypes]) -> Column:
+    """The captured table an event belongs to, as its number in ``tables`` (else NULL)."""
+    from pyspark.sql import functions as F
+
+    src = F.col("e")["source"]
+    out = None
+    for i, tt in enumerate(tables.values()):
+        cond = (src["schema"] == tt.owner) & (src["table"] == tt.table)
+        out = F.when(cond, i) if out is None else out.when(cond, i)
+    return F.lit(None).cast("int") if out is None else out
+
+
+def _raw(img: str, name: str) -> str:
+    return f"`{_IMAGES[img]}`[{_lit(name)}]"
+
+
+def decimal_slots(tables: dict[str, TableTypes]) -> dict[str, dict[str, int]]:
+    """Per table, the slot of each Decimal column: its rank among the table's Decimals.
+
+    Slot ``j`` holds, for every row, the ``j``-th Decimal column of the row's table,
+    so the steps of decoding Decimals (:func:`.types.decimal_hex_sql` ...) are
+    columns of their own, each computed once per row, however many tables there are.
+    """
+    return {label: {name: j for j, name in enumerate(
+        n for n, ft in tt.columns.items() if ft.codec in T.DECIMAL_CODECS)}
+        for label, tt in tables.items()}
+
+
+def _with_decimals(df: DataFrame, tables: dict[str, TableTypes]) -> DataFrame:
+    """Two projections: each Decimal slot's bytes as hex and its scale, then its digits.
+
+    (Spark does not share a subexpression between the branches of a ``CASE``: pasted
+    into the value maps, the bytes would be decoded once per use in the formula.)
+    """
+    from pyspark.sql import functions as F
+
+    slots = decimal_slots(tables)
+    width = max((len(s) for s in slots.values()), default=0)
+    if not width:
+        return df
+    step1, step2 = [], []
+    for img in _IMAGES:
+        for j in range(width):
+            def pick(tt: TableTypes, j: int = j, img: str = img, scale: bool = False) -> Column:
+                name = next((n for n, k in slots[tt.label].items() if k == j), None)
+                if name is None:
+                    return F.lit(None)
+                ft = tt.columns[name]
+                sql = (T.decimal_scale_sql if scale else T.decimal_hex_sql)(_raw(img, name), ft)
+                return F.expr(sql)
+
+            hexed, scale = f"cf_h_{img}_{j}", f"cf_s_{img}_{j}"
+            step1 += [_per_table(tables, pick).cast("string").alias(hexed),
+                      _per_table(tables, lambda tt, p=pick: p(tt, scale=True))
+                      .cast("int").alias(scale)]
+            step2.append(F.expr(T.decimal_digits_sql(f"`{hexed}`")).alias(f"cf_d_{img}_{j}"))
+    keep = list(df.columns)
+    stepped = df.select("*", *step1)
+    return stepped.select(*keep, *[c for c in stepped.columns if c.startswith("cf_s_")],
+                          *step2)
+
+
+def _decoded(img: str, name: str, ft: T.FieldType, slot: int | None) -> Column:
+    from pyspark.sql import functions as F
+
+    if slot is not None:
+        scale = str(ft.scale or 0) if ft.codec == "decimal" else f"`cf_s_{img}_{slot}`"
+        sql = T.decimal_value_sql(f"`cf_d_{img}_{slot}`", scale)
+    else:
+        sql = T.decode_sql(_raw(img, name), ft)
+    return values.value_struct(F.expr(sql), ft.logical)
+
+
+def image_map(img: str, tt: TableTypes, slots: dict[str, int] | None = None) -> Column:
+    """The LCR value map of a row image of table ``tt`` (NULL when there is no image).
+
+    An image holding every column (what the connector writes with schemas) is one
+    ``map(...)``; a partial one (schemaless files, an export's key-only old values)
+    keeps only the columns it holds, so an absent column stays absent. ``slots``:
+    the table's Decimal slots (:func:`decimal_slots`), whose digits are columns.
+    """
+    from pyspark.sql import functions as F
+
+    ref = F.col(_IMAGES[img])
+    pairs: list[Column] = []
+    entries: list[Column] = []
+    for name, ft in tt.columns.items():
+        key = F.lit(lcr.canonical_identifier(name))
+        value = _decoded(img, name, ft, (slots or {}).get(name))
+        pairs += [key, value]
+        entry = F.struct(key.alias("key"), value.alias("value"))
+        # one entry or none (flatten, not array_compact: a lambda, not code-generated)
+        entries.append(F.when(F.map_contains_key(ref, F.lit(name)), F.array(entry))
+                       .otherwise(F.array().cast(_ENTRIES)))
+    if not pairs:
+        return F.lit(None)
+    full = F.create_map(*pairs)
+    partial = F.map_from_entries(F.flatten(F.array(*entries)))
+    return F.when(ref.isNull(), F.lit(None)) \
+        .when(F.size(ref) == len(tt.columns), full).otherwise(partial)
+
+
+def value_errors(img: str, built: str, tt: TableTypes) -> Column:
+    """The first value of image ``img`` that did not decode, described (else NULL).
+
+    ``built`` names the column holding the image's map: a value that is present in
+    the image but NULL in its typed field there did not decode.
+    """
+    from pyspark.sql import functions as F
+
+    raw_map = F.col(_IMAGES[img])
+    checks = []
+    for name, ft in tt.columns.items():
+        raw = raw_map[name]
+        decoded = F.col(built)[lcr.canonical_identifier(name)] \
+            .getField(lcr.LOGICAL_TYPES[ft.logical].field)
+        checks.append(F.when(raw.isNotNull() & decoded.isNull(), F.concat(
+            F.lit(f"{tt.label}.{name}: value "), F.substring(raw, 1, 60),
+            F.lit(f" is not a {ft.logical} (Debezium codec {ft.codec})"))))
+    return F.coalesce(*checks) if checks else F.lit(None).cast("string")
+
+
+def _checked(img: str, built: str, tables: dict[str, TableTypes]) -> Column:
+    """The map in column ``built``, or a job failure naming the first bad value."""
+    from pyspark.sql import functions as F
+
+    bad = _per_table(tables, lambda tt: value_errors(img, built, tt))
+    return F.when(bad.isNotNull(), F.raise_error(F.concat(
+        F.lit(ERROR_PREFIX), F.col("file"), F.lit(": "), bad))).otherwise(F.col(built))
+
+
+def _key_of(tt: TableTypes, built: str) -> Column:
+    """The key columns of the map in column ``built`` (an update's old values when the
+    event has no ``before``: the key did not change)."""
+    from pyspark.sql import functions as F
+
+    keys = [lcr.canonical_identifier(k) for k in tt.key]
+    if not keys:
+        return F.lit(None)
+    m = F.col(built)
+    return F.create_map(*[x for k in keys for x in (F.lit(k), m[k])])
+
+
+def message_id() -> Column:
+    """``source.cf_msg_id`` (an export's), else a hash of what identifies the event.
+
+    The hash covers the source database, commit position, transaction, table, the
+    position in the transaction and both row images as written, so a replay of the
+    same file gives the same ids and two different events different ones (a
+    snapshot's events share position and transaction and differ in their images).
+    """
+    from pyspark.sql import functions as F
+
+    c = F.col
+    text = F.concat_ws("\x1f", c("cf_db"), c("cf_scn").cast("string"), c("cf_txn"),
+                       c("cf_owner"), c("cf_name"), c("cf_position").cast("string"),
+                       F.to_json(c("cf_after")), F.to_json(c("cf_before")))
+    return F.coalesce(c("cf_msg_id"), F.substring(F.sha2(text, 256), 1, 32))
+
+
+def _flat(df: DataFrame, source: DebeziumSource, tables: dict[str, TableTypes]) -> DataFrame:
+    """Step 1: the captured events, with the envelope fields the LCR needs as columns."""
+    from pyspark.sql import functions as F
+
+    e = F.col("e")
+    src = e["source"]
+    number = _table_number(tables)
+    events = df.where(F.col("corrupt").isNull() & e["status"].isNull() & e["op"].isNotNull()
+                      & number.isNotNull())
+    if not source.include_tagged_lcr:
+        events = events.where(src["cf_tag"].isNull())
+    return events.select(
+        number.alias("cf_t"), e["op"].alias("cf_op"), F.col("file"),
+        e["before"].alias("cf_before"), e["after"].alias("cf_after"),
+        F.coalesce(src["cf_source_database"], F.lit(source.database.upper())).alias("cf_db"),
+        native_position(e).alias("cf_scn"),
+        F.coalesce(e["transaction"]["id"], src["txId"].cast("string")).alias("cf_txn0"),
+        F.coalesce(e["transaction"]["total_order"], src["lsn"], F.lit(0)).alias("cf_position"),
+        _canon(src["schema"]).alias("cf_owner"), _canon(src["table"]).alias("cf_name"),
+        src["schema"].alias("cf_raw_owner"), src["table"].alias("cf_raw_name"),
+        F.coalesce(F.timestamp_micros(src["ts_us"]), F.timestamp_millis(src["ts_ms"]),
+                   F.timestamp_millis(e["ts_ms"])).alias("cf_time"),
+        src["cf_msg_id"].alias("cf_msg_id"), src["cf_tag"].alias("cf_tag"),
+    ).withColumn("cf_txn", F.coalesce(F.col("cf_txn0"), F.concat(
+        F.lit("dbz:"), F.col("cf_scn").cast("string"))))
+
+
+def to_lcrs(df: DataFrame, source: DebeziumSource, tables: dict[str, TableTypes]) -> DataFrame:
+    """The events of the captured tables as LCRs (contract columns, in order).
+
+    A pure transform of :func:`.reader.read_events`' output. Transaction metadata
+    events, tombstones and events of tables not captured are left out. A value that
+    does not decode as its column's type fails the job (:data:`ERROR_PREFIX`).
+    """
+    from pyspark.sql import functions as F
+
+    c = F.col
+    is_row = c("cf_op") != E.Op.TRUNCATE.value
+    slots = decimal_slots(tables)
+    maps = _with_decimals(_flat(df, source, tables), tables).select(
+        "*",
+        *[F.when(is_row, _per_table(tables, lambda tt, img=img: image_map(
+            img, tt, slots[tt.label]))).alias(built)
+          for img, built in (("after", "cf_new"), ("before", "cf_old"))],
+    )
+    command = F.expr("case cf_op " + " ".join(f"when '{o.value}' then '{o.command}'"
+                                              for o in E.Op) + " end")
+    keys = _per_table(tables, lambda tt: F.array(*[F.lit(lcr.canonical_identifier(k))
+                                                   for k in tt.key]))
+    new = _checked("after", "cf_new", tables)
+    old = F.when(c("cf_before").isNull() & (c("cf_op") == E.Op.UPDATE.value),
+                 _per_table(tables, lambda tt: _key_of(tt, "cf_new"))) \
+        .otherwise(_checked("before", "cf_old", tables))
+    given: dict[str, Column] = {
+        "msg_id": message_id(),
+        "kind": F.when(is_row, "ROW").otherwise("DDL"),
+        "origin": F.lit("CAPTURED"),
+        "source_database_name": F.upper(c("cf_db")),
+        "command_type": command,
+        "object_owner": c("cf_owner"),
+        "object_name": c("cf_name"),
+        "object_type": F.when(~is_row, "TABLE"),
+        "ddl_text": F.when(~is_row, F.concat(F.lit('TRUNCATE TABLE "'), c("cf_raw_owner"),
+                                             F.lit('"."'), c("cf_raw_name"), F.lit('"'))),
+        "tag": F.try_to_binary(c("cf_tag"), F.lit("hex")),
+        "transaction_id": c("cf_txn"),
+        "commit_scn": c("cf_scn"),
+        "commit_time": c("cf_time"),
+        "position": c("cf_position"),
+        "key_columns": F.when(is_row, keys),
+        "old_values": F.when(is_row, old),
+        "new_values": F.when(is_row, new),
+    }
+    return maps.select(*[_field(f, given) for f in lcr.LCR_FIELDS])
+
+
+def _field(spec: tuple[str, str, bool], given: dict[str, Column]) -> Column:
+    from pyspark.sql import functions as F
+
+    name, ddl, _ = spec
+    if name == "schema_version":
+        return F.lit(lcr.SCHEMA_VERSION).alias(name)
+    return given.get(name, F.lit(None)).cast(lcr.spark_type(ddl)).alias(name)
