@@ -1,4 +1,4 @@
-"""Fixtures of the Debezium tests: a pipeline file writer and a throwaway PostgreSQL."""
+"""Fixtures of the Debezium tests: pipeline and event builders, a throwaway PostgreSQL."""
 
 from __future__ import annotations
 
@@ -10,6 +10,7 @@ from typing import Any
 
 import pytest
 
+from changeflow import lcr
 from changeflow.config import PipelineConfig, load_config
 from changeflow.testing.pg_cluster import PG_BIN, PgCluster
 
@@ -39,6 +40,50 @@ def pipeline(root: Path, body: str, *, quality: bool = True) -> PipelineConfig:
     return load_config(path)
 
 
+QUEUE = "strm.q@s1"
+
+
+def capture(root_dir: Path, events: Path, tables: list[dict[str, Any]], *, database: str = "pg1",
+            quality: bool = True) -> PipelineConfig:
+    """A pipeline whose capture ``dbz`` reads the Debezium files under ``events`` into
+    queue :data:`QUEUE`; ``tables`` as the source's ``tables`` list (name, key, columns)."""
+    return pipeline(root_dir, f"""
+        queues: [{{name: strm.q, site: s1}}]
+        captures:
+          - name: dbz
+            queue: {QUEUE}
+            source:
+              type: debezium
+              database: {database}
+              root: {events}
+              tables: {json.dumps(tables)}
+    """, quality=quality)
+
+
+def pg_source(lsn: int, tx: int, last_commit: int | None = None, *, table: str = "customers",
+              schema: str = "inventory", snapshot: str = "false",
+              ts_ms: int = 1700000000123) -> dict[str, Any]:
+    """The ``source`` block of the PostgreSQL connector (``sequence``: the last commit
+    LSN before the transaction, null when not given, then the change's LSN)."""
+    return {"version": "2.7.0.Final", "connector": "postgresql", "name": "inv",
+            "ts_ms": ts_ms, "ts_us": ts_ms * 1000 + 456, "snapshot": snapshot, "db": "shop",
+            "sequence": json.dumps([None if last_commit is None else str(last_commit),
+                                    str(lsn)]),
+            "schema": schema, "table": table, "txId": tx, "lsn": lsn, "xmin": None}
+
+
+def values(image: Any) -> dict[str, tuple[str, Any]] | None:
+    """An LCR value map as ``{column: (logical type, Python value)}``."""
+    if image is None:
+        return None
+    return {k: (v["type"], lcr.decode_value(v)) for k, v in image}
+
+
+def batch_dirs(root_dir: Path) -> list[Path]:
+    """Every batch directory written under the pipeline's staging root."""
+    return [p for p in (root_dir / "s1" / "staging").rglob("batch-*") if p.is_dir()]
+
+
 def write_events(path: Path, events: list[Any]) -> Path:
     """Write events as JSON lines (strings are written as they are)."""
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -61,7 +106,12 @@ def queue_rows(cfg: PipelineConfig, ref: str) -> list[dict[str, Any]]:
 class Helpers:
     """The helpers above, handed to tests as the ``dbz`` fixture."""
 
+    QUEUE = QUEUE
     pipeline = staticmethod(pipeline)
+    capture = staticmethod(capture)
+    pg_source = staticmethod(pg_source)
+    values = staticmethod(values)
+    batch_dirs = staticmethod(batch_dirs)
     write_events = staticmethod(write_events)
     queue_rows = staticmethod(queue_rows)
 

@@ -5,7 +5,6 @@ from __future__ import annotations
 import base64
 import datetime as dt
 import decimal
-import json
 from pathlib import Path
 from typing import Any
 
@@ -54,15 +53,6 @@ BIG = D("12345678901234567890.1234567890")
 BIG_UNSCALED = 123456789012345678901234567890  # BIG * 10**10, exactly
 
 
-def _source(lsn: int, tx: int, last_commit: int | None, table: str = "customers",
-            snapshot: str = "false") -> dict[str, Any]:
-    return {"version": "2.7.0.Final", "connector": "postgresql", "name": "inv",
-            "ts_ms": 1700000000123, "ts_us": 1700000000123456, "snapshot": snapshot,
-            "db": "shop",
-            "sequence": json.dumps([None if last_commit is None else str(last_commit), str(lsn)]),
-            "schema": "inventory", "table": table, "txId": tx, "lsn": lsn, "xmin": None}
-
-
 def _event(op: str, before: Any, after: Any, source: dict[str, Any]) -> dict[str, Any]:
     return {"schema": SCHEMA, "payload": {"before": before, "after": after, "source": source,
                                           "op": op, "ts_ms": 1700000001000}}
@@ -75,51 +65,35 @@ ROW1 = {"id": 1, "name": "Ann", "balance": b64(1234), "big": b64(BIG_UNSCALED),
         "active": True, "score": 1.5}
 
 
-def _values(row: dict[str, Any] | None) -> dict[str, tuple[str, Any]] | None:
-    if row is None:
-        return None
-    from changeflow import lcr
-    return {k: (v["type"], lcr.decode_value(v)) for k, v in row}
-
-
 def test_connector_events_become_typed_lcrs(spark: Any, tmp_path: Path, dbz: Any) -> None:
     root = tmp_path / "topics"
     dbz.write_events(root / "inv.inventory.customers" / "inv.inventory.customers+0+0000000000.json", [
-        _event("r", None, ROW1, _source(1000, 500, None, snapshot="true")),
+        _event("r", None, ROW1, dbz.pg_source(1000, 500, None, snapshot="true")),
         _event("c", None, {"id": 2, "name": "Bob", "balance": b64(-15), "big": b64(-BIG_UNSCALED),
                            "ratio": None, "created": None, "seen": None, "born": None,
                            "photo": None, "active": False, "score": None},
-               _source(2100, 501, 2000)),
-        _event("u", ROW1, {**ROW1, "name": "Anne"}, _source(2200, 501, 2000)),
-        _event("d", {"id": 2}, None, _source(3100, 502, 3000)),
-        _event("t", None, None, _source(4100, 503, 4000)),
+               dbz.pg_source(2100, 501, 2000)),
+        _event("u", ROW1, {**ROW1, "name": "Anne"}, dbz.pg_source(2200, 501, 2000)),
+        _event("d", {"id": 2}, None, dbz.pg_source(3100, 502, 3000)),
+        _event("t", None, None, dbz.pg_source(4100, 503, 4000)),
     ])
     dbz.write_events(root / "inv.inventory.orders" / "inv.inventory.orders+0+0000000000.json", [
         {"before": None, "after": {"id": 7, "total": b64(99_95), "placed": 1700000000000000},
-         "source": _source(2150, 501, 2000, table="orders"), "op": "c", "ts_ms": 1},
+         "source": dbz.pg_source(2150, 501, 2000, table="orders"), "op": "c", "ts_ms": 1},
     ])
-    cfg = dbz.pipeline(tmp_path, f"""
-        queues: [{{name: strm.q, site: s1}}]
-        captures:
-          - name: dbz
-            queue: strm.q@s1
-            source:
-              type: debezium
-              database: pg1.example.com
-              root: {root}
-              tables:
-                - {{name: inventory.customers, key: [id]}}
-                - {{name: inventory.orders, key: [id],
-                    columns: {{id: integer, total: "numeric(10,2)", placed: timestamp}}}}
-    """)
+    cfg = dbz.capture(tmp_path, root, [
+        {"name": "inventory.customers", "key": ["id"]},
+        {"name": "inventory.orders", "key": ["id"],
+         "columns": {"id": "integer", "total": "numeric(10,2)", "placed": "timestamp"}}],
+        database="pg1.example.com")
     result = run_debezium_capture(spark, cfg, "dbz")
     assert (result.files, result.messages) == (2, 6)
-    rows = dbz.queue_rows(cfg, "strm.q@s1")
+    rows = dbz.queue_rows(cfg, dbz.QUEUE)
     by = {(r["object_name"], r["command_type"], r["commit_scn"]): r for r in rows}
     snap = by[("CUSTOMERS", "INSERT", 1000)]
     assert snap["source_database_name"] == "PG1.EXAMPLE.COM" and snap["object_owner"] == "INVENTORY"
     assert snap["transaction_id"] == "500" and snap["key_columns"] == ["ID"]
-    assert _values(snap["new_values"]) == {
+    assert dbz.values(snap["new_values"]) == {
         "ID": ("INTEGER", 1), "NAME": ("VARCHAR2", "Ann"), "BALANCE": ("NUMBER", D("12.34")),
         "BIG": ("NUMBER", BIG), "RATIO": ("NUMBER", D("12.345")),
         "CREATED": ("TIMESTAMP", dt.datetime(2023, 11, 14, 22, 13, 20, 123456)),
@@ -127,20 +101,20 @@ def test_connector_events_become_typed_lcrs(spark: Any, tmp_path: Path, dbz: Any
         "BORN": ("DATE", dt.date(2024, 1, 1)), "PHOTO": ("RAW", b"\x00\xff"),
         "ACTIVE": ("BOOLEAN", True), "SCORE": ("BINARY_DOUBLE", 1.5)}
     bob = by[("CUSTOMERS", "INSERT", 2000)]
-    assert _values(bob["new_values"])["BALANCE"] == ("NUMBER", D("-0.15"))
-    assert _values(bob["new_values"])["BIG"] == ("NUMBER", D("-12345678901234567890.1234567890"))
-    assert _values(bob["new_values"])["RATIO"] == ("NUMBER", None)
+    assert dbz.values(bob["new_values"])["BALANCE"] == ("NUMBER", D("-0.15"))
+    assert dbz.values(bob["new_values"])["BIG"] == ("NUMBER", D("-12345678901234567890.1234567890"))
+    assert dbz.values(bob["new_values"])["RATIO"] == ("NUMBER", None)
     # one source transaction (501) across two tables: one commit position, positions by LSN
     upd = by[("CUSTOMERS", "UPDATE", 2000)]
     order = by[("ORDERS", "INSERT", 2000)]
     assert {bob["transaction_id"], upd["transaction_id"], order["transaction_id"]} == {"501"}
     assert (bob["position"], order["position"], upd["position"]) == (2100, 2150, 2200)
-    assert _values(upd["old_values"])["NAME"] == ("VARCHAR2", "Ann")
-    assert _values(upd["new_values"])["NAME"] == ("VARCHAR2", "Anne")
-    assert _values(order["new_values"]) == {"ID": ("INTEGER", 7), "TOTAL": ("NUMBER", D("99.95")),
+    assert dbz.values(upd["old_values"])["NAME"] == ("VARCHAR2", "Ann")
+    assert dbz.values(upd["new_values"])["NAME"] == ("VARCHAR2", "Anne")
+    assert dbz.values(order["new_values"]) == {"ID": ("INTEGER", 7), "TOTAL": ("NUMBER", D("99.95")),
                                             "PLACED": ("TIMESTAMP", dt.datetime(2023, 11, 14, 22, 13, 20))}
     gone = by[("CUSTOMERS", "DELETE", 3000)]
-    assert _values(gone["old_values"]) == {"ID": ("INTEGER", 2)} and gone["new_values"] is None
+    assert dbz.values(gone["old_values"]) == {"ID": ("INTEGER", 2)} and gone["new_values"] is None
     trunc = by[("CUSTOMERS", "TRUNCATE TABLE", 4000)]
     assert trunc["kind"] == "DDL" and trunc["ddl_text"] == 'TRUNCATE TABLE "inventory"."customers"'
     assert snap["commit_time"] == dt.datetime(2023, 11, 14, 22, 13, 20, 123456, tzinfo=dt.UTC)
@@ -149,14 +123,16 @@ def test_connector_events_become_typed_lcrs(spark: Any, tmp_path: Path, dbz: Any
     assert run_debezium_capture(spark, cfg, "dbz").messages == 0
     dbz.write_events(root / "inv.inventory.orders" / "inv.inventory.orders+0+0000000001.json", [
         {"before": None, "after": {"id": 8, "total": b64(100), "placed": None},
-         "source": _source(2160, 501, 1500, table="orders"), "op": "c", "ts_ms": 1}])
+         "source": dbz.pg_source(2160, 501, 1500, table="orders"), "op": "c", "ts_ms": 1}])
     late = run_debezium_capture(spark, cfg, "dbz")
     assert late.messages == 1 and late.renumbered
-    (eight,) = [r for r in dbz.queue_rows(cfg, "strm.q@s1")
-                if r["new_values"] and _values(r["new_values"]).get("ID") == ("INTEGER", 8)]
+    (eight,) = [r for r in dbz.queue_rows(cfg, dbz.QUEUE)
+                if r["new_values"] and dbz.values(r["new_values"]).get("ID") == ("INTEGER", 8)]
     assert eight["commit_scn"] == 4001  # above the highest position captured (4000)
 
 
+ORDERS = {"name": "inventory.orders", "key": ["id"],
+          "columns": {"id": "integer", "total": "numeric(10,2)"}}
 BAD = [
     ("not json", ["{\"op\": \"c\"", "plain text"], "not a JSON change event"),
     ("no op", [{"before": None, "after": {"id": 1}, "source": {"connector": "postgresql",
@@ -183,23 +159,12 @@ def test_bad_files_are_refused_and_nothing_is_enqueued(spark: Any, tmp_path: Pat
                                                        lines: list[Any], message: str, dbz: Any) -> None:
     root = tmp_path / "files"
     bad = dbz.write_events(root / "t" / "bad.json", lines)
-    cfg = dbz.pipeline(tmp_path, f"""
-        queues: [{{name: strm.q, site: s1}}]
-        captures:
-          - name: dbz
-            queue: strm.q@s1
-            source:
-              type: debezium
-              database: pg1.example.com
-              root: {root}
-              tables: [{{name: inventory.orders, key: [id],
-                         columns: {{id: integer, total: "numeric(10,2)"}}}}]
-    """, quality=False)
+    cfg = dbz.capture(tmp_path, root, [ORDERS], database="pg1.example.com", quality=False)
     with pytest.raises(DebeziumFileError) as err:
         run_debezium_capture(spark, cfg, "dbz")
     assert message in str(err.value)
     assert str(bad) in str(err.value)
-    assert dbz.queue_rows(cfg, "strm.q@s1") == []
+    assert dbz.queue_rows(cfg, dbz.QUEUE) == []
     # the file was not recorded: fixing it and re-running captures it
     dbz.write_events(bad, [{"op": "c", "after": {"id": 1, "total": "AQ=="}, "source": {
         "connector": "postgresql", "schema": "inventory", "table": "orders", "lsn": 5, "ts_ms": 1}}])
@@ -211,15 +176,7 @@ def test_a_captured_file_that_changes_is_refused(spark: Any, tmp_path: Path, dbz
     ev = {"op": "c", "after": {"id": 1, "total": "AQ=="}, "source": {
         "connector": "postgresql", "schema": "inventory", "table": "orders", "lsn": 5, "ts_ms": 1}}
     f = dbz.write_events(root / "a.json", [ev])
-    cfg = dbz.pipeline(tmp_path, f"""
-        queues: [{{name: strm.q, site: s1}}]
-        captures:
-          - name: dbz
-            queue: strm.q@s1
-            source: {{type: debezium, database: pg1, root: {root},
-                      tables: [{{name: inventory.orders, key: [id],
-                                 columns: {{id: integer, total: "numeric(10,2)"}}}}]}}
-    """, quality=False)
+    cfg = dbz.capture(tmp_path, root, [ORDERS], quality=False)
     assert run_debezium_capture(spark, cfg, "dbz").messages == 1
     dbz.write_events(f, [ev, ev])
     with pytest.raises(DebeziumFileError, match="changed after it was captured"):

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Any
 
@@ -25,31 +24,15 @@ def _schema(fields: list[dict[str, Any]]) -> dict[str, Any]:
                        {"type": "string", "field": "op"}]}
 
 
-def _event(schema: dict[str, Any], op: str, after: dict[str, Any], lsn: int,
+def _event(dbz: Any, schema: dict[str, Any], op: str, after: dict[str, Any], lsn: int,
            table: str = "people") -> dict[str, Any]:
-    source = {"version": "2.7.0.Final", "connector": "postgresql", "name": "inv",
-              "ts_ms": 1700000000000, "db": "shop", "sequence": json.dumps([str(lsn), str(lsn)]),
-              "schema": "inventory", "table": table, "txId": lsn, "lsn": lsn}
+    source = dbz.pg_source(lsn, lsn, lsn, table=table, ts_ms=1700000000000)
     return {"schema": schema, "payload": {"before": None, "after": after, "source": source,
                                           "op": op, "ts_ms": 1700000001000}}
 
 
 def _capture(dbz: Any, tmp_path: Path, root: Path) -> Any:
-    return dbz.pipeline(tmp_path, f"""
-        queues: [{{name: strm.q, site: s1}}]
-        captures:
-          - name: dbz
-            queue: strm.q@s1
-            source:
-              type: debezium
-              database: pg1
-              root: {root}
-              tables: [{{name: inventory.people, key: [id]}}]
-    """)
-
-
-def _batches(tmp_path: Path) -> list[Path]:
-    return [p for p in (tmp_path / "s1" / "staging").rglob("batch-*") if p.is_dir()]
+    return dbz.capture(tmp_path, root, [{"name": "inventory.people", "key": ["id"]}])
 
 
 def _values(row: dict[str, Any]) -> dict[str, Any]:
@@ -61,17 +44,17 @@ def test_files_alike_are_read_once(spark: Any, tmp_path: Path, dbz: Any) -> None
     s = _schema([ID, NAME])
     for f in range(3):
         dbz.write_events(root / "inv.inventory.people" / f"p+0+{f:010d}.json", [
-            _event(s, "c" if i < 4 else "u", {"id": i % 4, "name": f"n{f}-{i}"},
+            _event(dbz, s, "c" if i < 4 else "u", {"id": i % 4, "name": f"n{f}-{i}"},
                    1000 * f + 10 * i + 10) for i in range(6)])
     cfg = _capture(dbz, tmp_path, root)
     result = run_debezium_capture(spark, cfg, "dbz")
     assert (result.passes, result.events, result.messages) == (1, 18, 18)
     assert result.tables == ["inventory.people"]
-    rows = dbz.queue_rows(cfg, "strm.q@s1")
+    rows = dbz.queue_rows(cfg, dbz.QUEUE)
     assert sorted(_values(r)["NAME"] for r in rows) == sorted(
         f"n{f}-{i}" for f in range(3) for i in range(6))
     assert {r["command_type"] for r in rows} == {"INSERT", "UPDATE"}
-    assert len(_batches(tmp_path)) == 1
+    assert len(dbz.batch_dirs(tmp_path)) == 1
 
 
 def test_a_schema_change_inside_a_file_is_surveyed(spark: Any, tmp_path: Path,
@@ -81,15 +64,15 @@ def test_a_schema_change_inside_a_file_is_surveyed(spark: Any, tmp_path: Path,
     root = tmp_path / "topics"
     old, new = _schema([ID, NAME]), _schema([ID, NAME, NOTE])
     dbz.write_events(root / "inv.inventory.people" / "p+0+0000000000.json", [
-        _event(old, "c", {"id": 1, "name": "Ann"}, 10),
-        _event(new, "c", {"id": 2, "name": "Bob", "note": "added"}, 20),
+        _event(dbz, old, "c", {"id": 1, "name": "Ann"}, 10),
+        _event(dbz, new, "c", {"id": 2, "name": "Bob", "note": "added"}, 20),
     ])
     cfg = _capture(dbz, tmp_path, root)
     result = run_debezium_capture(spark, cfg, "dbz")
     assert (result.passes, result.messages) == (3, 2)
-    rows = {r["commit_scn"]: _values(r) for r in dbz.queue_rows(cfg, "strm.q@s1")}
+    rows = {r["commit_scn"]: _values(r) for r in dbz.queue_rows(cfg, dbz.QUEUE)}
     assert rows == {10: {"ID": 1, "NAME": "Ann"}, 20: {"ID": 2, "NAME": "Bob", "NOTE": "added"}}
-    assert len(_batches(tmp_path)) == 1
+    assert len(dbz.batch_dirs(tmp_path)) == 1
 
 
 def test_an_event_of_a_table_the_first_events_do_not_name(spark: Any, tmp_path: Path,
@@ -98,23 +81,14 @@ def test_an_event_of_a_table_the_first_events_do_not_name(spark: Any, tmp_path: 
     root = tmp_path / "topics"
     s = _schema([ID, NAME])
     dbz.write_events(root / "mixed" / "m+0+0000000000.json", [
-        _event(s, "c", {"id": 1, "name": "Ann"}, 10),
-        _event(s, "c", {"id": 9, "name": "Zed"}, 20, table="others"),
+        _event(dbz, s, "c", {"id": 1, "name": "Ann"}, 10),
+        _event(dbz, s, "c", {"id": 9, "name": "Zed"}, 20, table="others"),
     ])
-    cfg = dbz.pipeline(tmp_path, f"""
-        queues: [{{name: strm.q, site: s1}}]
-        captures:
-          - name: dbz
-            queue: strm.q@s1
-            source:
-              type: debezium
-              database: pg1
-              root: {root}
-              tables: [{{name: inventory.people, key: [id]}}, {{name: inventory.others, key: [id]}}]
-    """)
+    cfg = dbz.capture(tmp_path, root, [{"name": "inventory.people", "key": ["id"]},
+                                       {"name": "inventory.others", "key": ["id"]}])
     result = run_debezium_capture(spark, cfg, "dbz")
     assert (result.passes, result.messages) == (3, 2)
     assert result.tables == ["inventory.others", "inventory.people"]
-    names = {r["object_name"]: _values(r)["NAME"] for r in dbz.queue_rows(cfg, "strm.q@s1")}
+    names = {r["object_name"]: _values(r)["NAME"] for r in dbz.queue_rows(cfg, dbz.QUEUE)}
     assert names == {"PEOPLE": "Ann", "OTHERS": "Zed"}
-    assert len(_batches(tmp_path)) == 1
+    assert len(dbz.batch_dirs(tmp_path)) == 1
