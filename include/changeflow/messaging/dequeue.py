@@ -54,12 +54,6 @@ from changeflow.state import schema_messaging as S
 M = S.messages
 Q = schema.queues
 CHUNK = 64
-#: The columns a taken message is built from (:func:`from_row`, :func:`advance`): what the
-#: one-statement take of the hot path returns (not the lock, visibility and expiry columns).
-TAKEN = (M.c.id, M.c.msg_id, M.c.queue, M.c.consumer, M.c.state, M.c.k1, M.c.k2, M.c.txn_id,
-         M.c.priority, M.c.enq_time, M.c.delay, M.c.expiration, M.c.correlation, M.c.sender,
-         M.c.recipients, M.c.exception_queue, M.c.msg_type, M.c.payload, M.c.payload_raw,
-         M.c.size, M.c.retry_count, M.c.original_queue, M.c.reason)
 #: A messaging client's rule sets: (passes, message to deliver) for a message view.
 ClientRules = Callable[[dict[str, Any]], tuple[bool, dict[str, Any]]]
 
@@ -364,8 +358,7 @@ def take_statement(shape: tuple[Any, ...], kind: str, versioned: bool = False) -
     """The one-statement take of a request shape (see :func:`take_first`).
 
     ``versioned``: also require the dictionary version ``:p_dver`` the request was
-    checked under (subscription, privileges), and return the :data:`TAKEN` columns only
-    (fewer values to send and convert per message than every column).
+    checked under (subscription, privileges).
     """
     ids = _candidates(*shape).with_only_columns(M.c.id).limit(bindparam("p_limit"))
     live = exists(select(Q.c.name).where(Q.c.name == bindparam("p_queue"), Q.c.status == "active",
@@ -381,7 +374,7 @@ def take_statement(shape: tuple[Any, ...], kind: str, versioned: bool = False) -
                                              state_time=bindparam("p_now"))
     else:
         stmt = delete(M).where(where)
-    return stmt.returning(*(TAKEN if versioned else M.c))
+    return stmt.returning(*M.c)
 
 
 @functools.lru_cache(maxsize=256)

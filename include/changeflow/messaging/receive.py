@@ -214,7 +214,7 @@ class Receiver:
         else:
             stmt = wire.compiled(store.engine, f"aq:take:{shape}:{kind}",
                                  lambda: DQ.take_statement(shape, kind, versioned=True),
-                                 DQ.TAKEN)
+                                 list(S.messages.c))
             rows = stmt.run(store, params)
         if not rows:
             return []
