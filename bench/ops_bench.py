@@ -97,7 +97,8 @@ def debezium_capture(spark: Any, n: int) -> dict[str, Any]:
 
     work = Path(tempfile.mkdtemp(prefix="cf-bench-dbz-"))
     write_events(work / "events", n)
-    raw_times, cap_times = [], []
+    raw_times, cap_times, jobs = [], [], []
+    tracker = spark.sparkContext.statusTracker()
     for attempt in range(2):
         out = work / f"raw{attempt}"
         t = time.perf_counter()
@@ -108,13 +109,17 @@ def debezium_capture(spark: Any, n: int) -> dict[str, Any]:
         (run / "rules.yaml").write_text(textwrap.dedent(RULES))
         (run / "p.yaml").write_text(textwrap.dedent(PIPELINE.format(root=work / "events")))
         cfg = load_config(run / "p.yaml")
+        before = set(tracker.getJobIdsForGroup(None))
         t = time.perf_counter()
         result = run_debezium_capture(spark, cfg, "dbz", rule_filter(cfg, "capture", "dbz"))
         cap_times.append(time.perf_counter() - t)
+        jobs.append(len(set(tracker.getJobIdsForGroup(None)) - before))
         assert result.messages == n, result
     raw, cap = min(raw_times), min(cap_times)
     return {"name": "ops.debezium_capture", "events": n, "raw_seconds": round(raw, 2),
             "capture_seconds": round(cap, 2), "events_per_second": round(n / cap),
+            "raw_runs": [round(x, 2) for x in raw_times],
+            "capture_runs": [round(x, 2) for x in cap_times], "spark_jobs": jobs,
             "ratio": round(raw / cap, 3), "target": ">= 0.6 (throughput ratio)",
             "baseline": "spark.read.json().write.parquet() of the same files"}
 
