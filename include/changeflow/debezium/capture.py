@@ -37,7 +37,7 @@ from changeflow.debezium.config import DebeziumSource
 from changeflow.errors import ConfigError
 from changeflow.queues import arrow_io as qarrow
 from changeflow.queues import io as qio
-from changeflow.queues.model import Batch, NewBatch
+from changeflow.queues.model import NewBatch
 from changeflow.sites import SiteRuntime, open_pipeline, queue_site
 from changeflow.state import schema, utcnow
 from changeflow.state.leases import Lease
@@ -277,9 +277,8 @@ def check_quality(spark: SparkSession, cfg: PipelineConfig, spec: CaptureSpec, q
         return None
     stage = f"capture:{spec.name}"
     if batch.n_bytes <= ARROW_CHECK_BYTES:
-        table = qarrow.read_arrow_batches([Batch(0, queue, batch.batch_id, batch.path,
-                                                 batch.n_messages, batch.n_bytes,
-                                                 batch.producer, batch.dedup_key, None)])
+        table = qarrow.read_arrow_dir(batch.path,
+                                      f"new batch {batch.batch_id} of queue {queue}")
         return quality.check_arrow_batch(spark, cfg, stage=stage, batch=batch,
                                          queue=spec.queue, table=table)
     return quality.check_batch(spark, cfg, stage=stage, batch=batch, queue=spec.queue)

@@ -124,29 +124,37 @@ def read_arrow_batches(batches: list[Batch]) -> pa.Table:
         SchemaMismatchError: a batch does not follow the contract.
     """
     import pyarrow as pa
-    import pyarrow.parquet as pq
 
     tables = []
     for b in batches:
         if not b.path:
             raise QueueDataError(f"batch {b.seq} of queue {b.queue} was purged")
-        fs, inner = _filesystem(b.path)
-        try:
-            infos = fs.get_file_info(_selector(inner))
-            files = sorted(i.path for i in infos if i.path.endswith(".parquet"))
-            if not files:
-                raise QueueDataError(
-                    f"batch {b.seq} of queue {b.queue}: no Parquet files at {b.path} (missing)"
-                )
-            part = pq.read_table(files, filesystem=fs)
-        except (OSError, pa.ArrowInvalid) as exc:
-            raise QueueDataError(
-                f"batch {b.seq} of queue {b.queue}: cannot read Parquet at {b.path}: {exc}"
-            ) from exc
-        tables.append(conform_arrow(part, origin=b.path))
+        tables.append(read_arrow_dir(b.path, f"batch {b.seq} of queue {b.queue}"))
     if not tables:
         return lcr.arrow_schema().empty_table()
     return pa.concat_tables(tables)
+
+
+def read_arrow_dir(path: str, what: str) -> pa.Table:
+    """Read one batch directory's Parquet files (``what`` names it in errors).
+
+    Raises:
+        QueueDataError: the files are missing or unreadable.
+        SchemaMismatchError: the batch does not follow the contract.
+    """
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    fs, inner = _filesystem(path)
+    try:
+        infos = fs.get_file_info(_selector(inner))
+        files = sorted(i.path for i in infos if i.path.endswith(".parquet"))
+        if not files:
+            raise QueueDataError(f"{what}: no Parquet files at {path} (missing)")
+        part = pq.read_table(files, filesystem=fs)
+    except (OSError, pa.ArrowInvalid) as exc:
+        raise QueueDataError(f"{what}: cannot read Parquet at {path}: {exc}") from exc
+    return conform_arrow(part, origin=path)
 
 
 def _selector(inner: str) -> Any:
