@@ -29,6 +29,7 @@ if TYPE_CHECKING:
     import pyarrow as pa
 
 _GROUP = ("source_database_name", "transaction_id")
+BITMAP_PAIRS = 1 << 26  # (message, key name) pairs matched with a bitmap up to this many
 
 
 @dataclass
@@ -79,36 +80,54 @@ def _required(table: pa.Table) -> Any:
 
 
 def _map_entries(values: Any) -> tuple[Any, Any]:
-    """``(row index, key)`` of every entry of a map column."""
+    """``(row index, key)`` of every entry of a map column (chunk by chunk, no copy)."""
     import numpy as np
     import pyarrow as pa
 
-    arr = values.combine_chunks() if isinstance(values, pa.ChunkedArray) else values
-    offsets = arr.offsets.to_numpy()
-    keys = arr.keys.slice(int(offsets[0]), int(offsets[-1] - offsets[0]))
-    rows = np.repeat(np.arange(len(arr), dtype=np.int64), np.diff(offsets))
-    return rows, keys
+    chunks = values.chunks if isinstance(values, pa.ChunkedArray) else [values]
+    rows, keys, base = [], [], 0
+    for arr in chunks:
+        offsets = arr.offsets.to_numpy()
+        keys.append(arr.keys.slice(int(offsets[0]), int(offsets[-1] - offsets[0])))
+        rows.append(np.repeat(np.arange(base, base + len(arr), dtype=np.int64),
+                              np.diff(offsets)))
+        base += len(arr)
+    if not chunks:
+        return np.zeros(0, np.int64), pa.array([], values.type.key_type)
+    return np.concatenate(rows), pa.concat_arrays(keys)
 
 
 def _has_keys(table: pa.Table, values: str) -> Any:
-    """Per message: key columns named, non-empty, and every one a key of ``values``."""
+    """Per message: key columns named, non-empty, and every one a key of ``values``.
+
+    Each (message, name) pair is matched as one integer, ``row * n + code`` with
+    ``code`` the name's index among the batch's distinct map keys: a name in another
+    message's map does not count, nor does a NULL name or one no map has.
+    """
     import numpy as np
     import pyarrow as pa
     import pyarrow.compute as pc
 
     keys = table.column("key_columns").combine_chunks()
     n = len(keys)
-    key_rows = pc.list_parent_indices(keys).to_numpy()
-    key_names = pc.list_flatten(keys)
+    key_rows = pc.list_parent_indices(keys).to_numpy().astype(np.int64)
+    key_names = pc.list_flatten(keys).cast(pa.string())
     map_rows, map_keys = _map_entries(table.column(values))
-
-    def tagged(rows: Any, names: Any) -> Any:
-        return pc.binary_join_element_wise(pa.array(rows.astype(str)), names, "\x00")
-
-    found = pc.fill_null(pc.is_in(tagged(key_rows, key_names),
-                                  value_set=tagged(map_rows, map_keys)), False)
-    missing = np.bincount(key_rows, weights=pc.invert(found).to_numpy(zero_copy_only=False),
-                          minlength=n) if n else np.zeros(0)
+    map_keys = map_keys.cast(pa.string())
+    names = pc.unique(map_keys)
+    width = max(len(names), 1)
+    key_code = pc.index_in(key_names, value_set=names)  # NULL: a name no map has
+    map_code = pc.index_in(map_keys, value_set=names).to_numpy().astype(np.int64)
+    pairs = map_rows * width + map_code
+    wanted = key_rows * width + pc.fill_null(key_code, 0).to_numpy().astype(np.int64)
+    if n * width <= BITMAP_PAIRS:  # a bitmap of every (row, name) pair
+        present = np.zeros(n * width, bool)
+        present[pairs] = True
+        found = present[wanted] if len(wanted) else np.zeros(0, bool)
+    else:
+        found = np.isin(wanted, pairs)
+    found &= key_code.is_valid().to_numpy(zero_copy_only=False)
+    missing = np.bincount(key_rows, weights=~found, minlength=n) if n else np.zeros(0)
     ok = pc.and_(pc.fill_null(pc.greater(pc.list_value_length(keys), 0), False),
                  pc.is_valid(table.column(values)))
     return pc.and_(ok, pa.array(missing == 0))

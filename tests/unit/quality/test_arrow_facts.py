@@ -112,3 +112,35 @@ def test_gx_on_pandas_fails_the_defective_checks(case: str, failed: set[str]) ->
     run = validator.validate(arrow_facts.batch_facts(_arrow(CASES[case]), _prior(case)).rollup,
                              "lcr_batch")
     assert {r.check for r in run.results if not r.success} == failed
+
+
+def _key_table() -> pa.Table:
+    """Messages whose key names are in their own map, another message's map, or none."""
+    vtype = lcr.arrow_schema().field("new_values").type
+    v = {"type": "VARCHAR2", "str": "x"}
+    rows = [  # (key_columns, new_values, has its keys)
+        (["A"], [("A", v)], True),
+        (["A", "B"], [("B", v), ("A", v)], True),
+        (["B"], [("A", v)], False),          # B is only in the next message's map
+        (["C"], [("B", v), ("C", v)], True),
+        ([None], [("A", v)], False),         # a NULL name is never a key
+        (["Z"], [("A", v)], False),          # a name no map has
+        ([], [("A", v)], False),             # no key named
+        (None, [("A", v)], False),
+        (["A"], None, False),                # no map
+        (["A"], [], False),
+    ]
+    table = pa.table({"key_columns": pa.array([r[0] for r in rows], pa.list_(pa.string())),
+                      "new_values": pa.array([r[1] for r in rows], vtype),
+                      "want": pa.array([r[2] for r in rows])})
+    return pa.concat_tables([table.slice(0, 3), table.slice(3)])  # two chunks
+
+
+@pytest.mark.parametrize("bitmap", [True, False])
+def test_has_keys_matches_names_within_each_message(monkeypatch, bitmap: bool) -> None:  # type: ignore[no-untyped-def]
+    if not bitmap:
+        monkeypatch.setattr(arrow_facts, "BITMAP_PAIRS", 0)
+    table = _key_table()
+    got = arrow_facts._has_keys(table, "new_values").to_pylist()
+    assert got == table.column("want").to_pylist()
+    assert arrow_facts._has_keys(table.slice(0, 0), "new_values").to_pylist() == []
