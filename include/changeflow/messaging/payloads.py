@@ -25,6 +25,7 @@ import datetime as dt
 import decimal
 import math
 import re
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -218,17 +219,19 @@ def from_json(value: Any, type_name: str) -> Any:
     """The value :func:`to_json` stored."""
     if value is None:
         return None
-    if type_name == "NUMBER":
-        return decimal.Decimal(value)
-    if type_name == "BINARY_DOUBLE":
-        return float(value)
-    if type_name == "DATE":
-        return dt.date.fromisoformat(value)
-    if type_name in ("TIMESTAMP", "TIMESTAMP WITH TIME ZONE"):
-        return dt.datetime.fromisoformat(value)
-    if type_name == "RAW":
-        return bytes.fromhex(value)
-    return value
+    decode = _JSON_DECODERS.get(type_name)
+    return value if decode is None else decode(value)
+
+
+_JSON_DECODERS: dict[str, Callable[[Any], Any]] = {
+    "NUMBER": decimal.Decimal, "BINARY_DOUBLE": float, "DATE": dt.date.fromisoformat,
+    "TIMESTAMP": dt.datetime.fromisoformat,
+    "TIMESTAMP WITH TIME ZONE": dt.datetime.fromisoformat, "RAW": bytes.fromhex}
+
+
+def json_decoder(type_name: str) -> Callable[[Any], Any] | None:
+    """How :func:`from_json` decodes a non-null value of ``type_name`` (None: as is)."""
+    return _JSON_DECODERS.get(type_name)
 
 
 def infer_type(value: Any, where: str) -> str:

@@ -218,7 +218,8 @@ class Receiver:
             rows = stmt.run(store, params)
         if not rows:
             return []
-        rows.sort(key=lambda r: (r.k1, r.k2, r.id))
+        if len(rows) > 1:
+            rows.sort(key=lambda r: (r.k1, r.k2, r.id))
         for r in rows:
             self._track(req, r)
         DQ.advance(cursor, req, rows[-1])

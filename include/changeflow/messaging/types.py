@@ -32,6 +32,7 @@ changeflow.errors.PayloadTypeError: type HR.ORDER_T has no field 'colour' (field
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -246,8 +247,23 @@ def _dec_fields(doc: dict[str, Any] | None) -> dict[str, Any]:
 
 
 def _dec_object(t: TypeDef, doc: Any, raw: bytes | None) -> Any:
-    types = dict(t.fields)
-    return {n: P.from_json(doc.get(n), types[n].name) for n in t.field_names}
+    get = doc.get
+    out = {}
+    for n, conv in _object_decoders(t):
+        v = get(n)
+        out[n] = v if v is None or conv is None else conv(v)
+    return out
+
+
+def _object_decoders(t: TypeDef) -> tuple[tuple[str, Callable[[Any], Any] | None], ...]:
+    """Per field of an object type: its name and how its stored JSON value is decoded
+    (None: used as is), as :func:`changeflow.messaging.payloads.from_json` does; kept
+    with the (immutable) type."""
+    found = t.__dict__.get("_decoders")
+    if found is None:
+        found = tuple((n, P.json_decoder(ft.name)) for n, ft in t.fields)
+        object.__setattr__(t, "_decoders", found)
+    return found  # type: ignore[no-any-return]
 
 
 def _dec_anydata(t: TypeDef, doc: Any, raw: bytes | None) -> Any:

@@ -49,6 +49,7 @@ log = logging.getLogger(__name__)
 _lock = threading.Lock()
 _compiled: dict[tuple[int, str], Compiled] = {}
 Processor = Callable[[Any], Any] | None
+T = TypeVar("T")
 
 
 class Compiled:
@@ -127,8 +128,11 @@ class Compiled:
     def read(self, store: StateStore, params: dict[str, Any]) -> list[Any]:
         """Run a query alone (its own snapshot, no write lock); the converted rows."""
         parameters = self.parameters(params)
-        with transaction(store, write=False) as cursor:
-            fetched = self.fetch(cursor, parameters)
+        if store.dialect != "sqlite":
+            fetched = _autocommit(store, lambda cursor: self.fetch(cursor, parameters))
+        else:
+            with transaction(store, write=False) as cursor:
+                fetched = self.fetch(cursor, parameters)
         return self.convert_rows(fetched)
 
 
@@ -167,8 +171,8 @@ def compiled(engine: Engine, key: str, build: Callable[[], Any],
 
 def _classify(exc: BaseException) -> bool:
     """Whether a driver error is the store's trouble (transient), not the statement's."""
-    name = type(exc).__name__
-    return name in ("OperationalError", "InterfaceError")
+    return any(c.__name__ in ("OperationalError", "InterfaceError")  # AdminShutdown too
+               for c in type(exc).__mro__)
 
 
 #: Driver connections kept out of the pool per engine, for the next statement.
@@ -252,11 +256,7 @@ def transaction(store: StateStore, *, write: bool = True) -> Iterator[Any]:
     conn = spares.take()
     spare = conn is not None
     if conn is None:
-        try:
-            conn = store.engine.raw_connection()
-        except Exception as exc:  # noqa: BLE001  (the pool raises SQLAlchemy's wrapper)
-            raise StateStoreError(f"state store {store.safe_url!r}: cannot connect: "
-                                  f"{str(exc).splitlines()[0]}") from exc
+        conn = _connect(store)
     sqlite = store.dialect == "sqlite"
     begin = sqlite and write
     driver = conn.driver_connection
@@ -287,11 +287,63 @@ def transaction(store: StateStore, *, write: bool = True) -> Iterator[Any]:
             _release(conn, not sqlite)
 
 
+def _connect(store: StateStore) -> Any:
+    """A driver connection of the store's pool (not a spare)."""
+    try:
+        return store.engine.raw_connection()
+    except Exception as exc:  # noqa: BLE001  (the pool raises SQLAlchemy's wrapper)
+        raise StateStoreError(f"state store {store.safe_url!r}: cannot connect: "
+                              f"{str(exc).splitlines()[0]}") from exc
+
+
+#: Where a connection keeps its reusable driver cursor (in the pool record's ``info``).
+_CURSOR = "changeflow.wire.cursor"
+
+
+def _cursor_of(conn: Any) -> Any:
+    """The connection's reusable driver cursor (a new one after a failure or reconnect)."""
+    driver = conn.driver_connection
+    found = conn.info.get(_CURSOR)
+    if found is None or found.closed or found.connection is not driver:
+        found = conn.info[_CURSOR] = driver.cursor()
+    return found
+
+
+def _autocommit(store: StateStore, job: Callable[[Any], T]) -> T:
+    """PostgreSQL: ``job(cursor)``, one statement in autocommit (see :func:`transaction`).
+
+    The same work as ``with transaction(store) as cursor: return job(cursor)`` without
+    the context manager's machinery, on a cursor kept with the connection: the hot
+    path runs this once per enqueue or dequeue. After any error the cursor is dropped.
+    """
+    spares = _spares_of(store.engine)
+    conn = spares.take()
+    spare = conn is not None
+    if conn is None:
+        conn = _connect(store)
+    clean = False
+    try:
+        if not spare:
+            conn.driver_connection.autocommit = True
+        result = job(_cursor_of(conn))
+        clean = True
+        return result
+    except BaseException as exc:
+        conn.info.pop(_CURSOR, None)
+        if _classify(exc):
+            conn.invalidate(exc if isinstance(exc, Exception) else None)
+            raise StateStoreError(f"state store {store.safe_url!r}: transaction failed: "
+                                  f"{str(exc).splitlines()[0]}") from exc
+        raise
+    finally:
+        if not (clean and spares.keep(conn)):
+            _release(conn, True)
+
+
 #: Seconds a write waits for its turn in this process (the store's busy timeout).
 BUSY_SECONDS = 60.0
 #: The most statements' jobs one grouped SQLite transaction runs.
 GROUP_MAX = 64
-T = TypeVar("T")
 
 
 class _Batch:
@@ -420,8 +472,7 @@ def write(store: StateStore, job: Callable[[Any], T]) -> T:
             errors pass through (its work undone).
     """
     if store.dialect != "sqlite":
-        with transaction(store) as cursor:
-            return job(cursor)
+        return _autocommit(store, job)
     found = _committers.get(store.engine)
     if found is None:
         with _lock:

@@ -95,3 +95,52 @@ def test_a_forked_process_does_not_use_its_parents_spares(tmp_path: Path) -> Non
     assert p.exitcode == 0
     assert refused, "the child was handed a connection of its parent"
     assert payload == b"parent"
+
+
+@pytest.mark.postgres
+def test_the_hot_path_keeps_one_cursor_per_connection_and_drops_it_after_a_failure(
+        pg: PgCluster) -> None:
+    """PostgreSQL statements of the hot path run on a cursor kept with the connection
+    (``wire._autocommit``): the same cursor while statements succeed, a new one after a
+    statement failed, and a new connection and cursor after the backend was killed."""
+    import psycopg
+
+    url = pg_url(pg)
+    store = StateStore(url)
+    sstore = engines.session_store(store)
+    make_queue(store, "app.cur")
+    s = connect(store)
+    s.enqueue("app.cur", b"a", commit=True)
+
+    def kept() -> list[Any]:  # the cursor objects (not ids: a freed one's id is reused)
+        return [c.info[wire._CURSOR] for c in _spares(store) if wire._CURSOR in c.info]
+
+    def backend(cursor: Any) -> int:
+        cursor.execute("SELECT pg_backend_pid()")
+        return int(cursor.fetchone()[0])
+
+    first = kept()
+    assert len(first) == 1, "no cursor was kept with the spare connection"
+    for i in range(5):
+        s.enqueue("app.cur", f"m{i}".encode(), commit=True)
+    assert kept()[0] is first[0], "a clean statement did not reuse the kept cursor"
+
+    with pytest.raises(psycopg.errors.DivisionByZero):
+        wire._autocommit(sstore, lambda cursor: cursor.execute("SELECT 1 / 0"))
+    s.enqueue("app.cur", b"after the failure", commit=True)
+    assert kept() and kept()[0] is not first[0], "the cursor of a failed statement was reused"
+
+    pid = wire._autocommit(sstore, backend)
+    with pg.connect("postgres") as admin_conn:
+        admin_conn.execute("SELECT pg_terminate_backend(%s)", (pid,))
+    time.sleep(0.2)
+    from changeflow.errors import StateStoreError
+
+    with pytest.raises(StateStoreError):
+        wire._autocommit(sstore, backend)  # the killed backend: transient, connection dropped
+    assert wire._autocommit(sstore, backend) != pid
+    got = [s.dequeue("app.cur", wait=0, commit=True) for _ in range(8)]
+    assert [m.payload for m in got if m is not None] == [
+        b"a", *(f"m{i}".encode() for i in range(5)), b"after the failure"]
+    engines.dispose(url)
+    store.engine.dispose()
