@@ -108,14 +108,26 @@ def value_maps(column: pa.ChunkedArray | pa.Array) -> list[dict[str, Any] | None
     Raises:
         SchemaMismatchError: a value of an unknown logical type.
     """
-    import numpy as np
     import pyarrow as pa
 
-    arr = column.combine_chunks() if isinstance(column, pa.ChunkedArray) else column
-    offsets = arr.offsets.to_pylist()
+    if not isinstance(column, pa.ChunkedArray):
+        return _value_maps(column)
+    out: list[dict[str, Any] | None] = []
+    for chunk in column.chunks:  # chunk by chunk: combining would copy every map
+        out.extend(_value_maps(chunk))
+    return out
+
+
+def _value_maps(arr: pa.MapArray) -> list[dict[str, Any] | None]:
+    import numpy as np
+
+    offsets = arr.offsets.to_pylist()  # into the children, which ignore a slice
+    start = offsets[0]
+    if start:
+        offsets = [o - start for o in offsets]
     valid = arr.is_valid().to_pylist()
-    keys = repeated(arr.keys)
-    items = arr.items
+    keys = repeated(arr.keys.slice(start, offsets[-1]))
+    items = arr.items.slice(start, offsets[-1])
     codes, names = _codes(items.field("type"))
     values: list[Any] = [None] * len(items)
     for j, t in enumerate(names):

@@ -9,7 +9,7 @@ from typing import Any
 import pyarrow as pa
 
 from changeflow import lcr
-from changeflow.apply.pg_txns import repeated, source_transactions
+from changeflow.apply.pg_txns import repeated, source_transactions, value_maps
 
 T0 = dt.datetime(2026, 1, 1, tzinfo=dt.UTC)
 
@@ -61,3 +61,17 @@ def test_repeated_matches_to_pylist() -> None:
         assert repeated(arr) == arr.to_pylist()
     shared = repeated(pa.array([["ID"]] * 100, pa.list_(pa.string())))
     assert shared[0] is shared[99]  # one list per distinct value
+
+
+def test_value_maps_of_sliced_chunks() -> None:
+    """Chunks that are slices (their offsets do not start at 0) decode without copying."""
+    t = lcr.arrow_schema().field("new_values").type
+    rows = [None if i % 7 == 3 else
+            [(f"C{k}", lcr.encode_value(i * 10 + k if k % 2 else f"s{i}.{k}"))
+             for k in range(i % 4)] for i in range(200)]
+    want = [None if r is None else {k: lcr.decode_value(v) for k, v in r} for r in rows]
+    whole = pa.array(rows, t)
+    column = pa.chunked_array([whole.slice(5, 60), whole.slice(65, 0), whole.slice(65, 135)])
+    assert value_maps(column) == want[5:]
+    assert value_maps(whole.slice(101, 50)) == want[101:151]
+    assert value_maps(pa.chunked_array([], t)) == []
