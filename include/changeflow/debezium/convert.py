@@ -24,6 +24,7 @@ those either.
 
 from __future__ import annotations
 
+import uuid
 from typing import TYPE_CHECKING, Any
 
 from changeflow import lcr, values
@@ -142,62 +143,98 @@ def _decoded(img: str, name: str, ft: T.FieldType, slot: int | None) -> Column:
     return values.value_struct(F.expr(sql), ft.logical)
 
 
-def image_map(img: str, tt: TableTypes, slots: dict[str, int] | None = None) -> Column:
-    """The LCR value map of a row image of table ``tt`` (NULL when there is no image).
+def full_map(img: str, tt: TableTypes, slots: dict[str, int] | None = None) -> Column:
+    """Every column of a row image of table ``tt`` decoded into one LCR value map.
 
-    An image holding every column (what the connector writes with schemas) is one
-    ``map(...)``; a partial one (schemaless files, an export's key-only old values)
-    keeps only the columns it holds, so an absent column stays absent. ``slots``:
-    the table's Decimal slots (:func:`decimal_slots`), whose digits are columns.
+    A column the image does not hold is a value struct with a NULL typed field there;
+    :func:`image_map` keeps only the columns the image holds. ``slots``: the table's
+    Decimal slots (:func:`decimal_slots`), whose digits are columns.
     """
     from pyspark.sql import functions as F
 
-    ref = F.col(_IMAGES[img])
     pairs: list[Column] = []
-    entries: list[Column] = []
     for name, ft in tt.columns.items():
+        pairs += [F.lit(lcr.canonical_identifier(name)),
+                  _decoded(img, name, ft, (slots or {}).get(name))]
+    return F.create_map(*pairs) if pairs else F.lit(None)
+
+
+def image_map(img: str, full: str, tt: TableTypes) -> Column:
+    """The LCR value map of a row image of table ``tt`` (NULL when there is no image).
+
+    ``full`` names the column holding :func:`full_map`. An image holding every column
+    (what the connector writes with schemas) is that map; a partial one (schemaless
+    files, an export's key-only old values) keeps only the entries of the columns it
+    holds, read from that map, so an absent column stays absent and no value is
+    decoded twice in the generated code.
+    """
+    from pyspark.sql import functions as F
+
+    ref, built = F.col(_IMAGES[img]), F.col(full)
+    entries: list[Column] = []
+    for name in tt.columns:
         key = F.lit(lcr.canonical_identifier(name))
-        value = _decoded(img, name, ft, (slots or {}).get(name))
-        pairs += [key, value]
-        entry = F.struct(key.alias("key"), value.alias("value"))
+        entry = F.struct(key.alias("key"), built[key].alias("value"))
         # one entry or none (flatten, not array_compact: a lambda, not code-generated)
         entries.append(F.when(F.map_contains_key(ref, F.lit(name)), F.array(entry))
                        .otherwise(F.array().cast(_ENTRIES)))
-    if not pairs:
+    if not entries:
         return F.lit(None)
-    full = F.create_map(*pairs)
     partial = F.map_from_entries(F.flatten(F.array(*entries)))
     return F.when(ref.isNull(), F.lit(None)) \
-        .when(F.size(ref) == len(tt.columns), full).otherwise(partial)
+        .when(F.size(ref) == len(tt.columns), built).otherwise(partial)
 
 
-def value_errors(img: str, built: str, tt: TableTypes) -> Column:
-    """The first value of image ``img`` that did not decode, described (else NULL).
+def bad_value(img: str, built: str, tt: TableTypes) -> Column:
+    """``<table>.<column>`` of the first value of image ``img`` that did not decode
+    (else NULL).
 
     ``built`` names the column holding the image's map: a value that is present in
-    the image but NULL in its typed field there did not decode.
+    the image but NULL in its typed field there did not decode. Only the column's
+    name is a per-column branch; :func:`_checked` describes it from literal maps, so
+    the generated code stays small.
     """
     from pyspark.sql import functions as F
 
     raw_map = F.col(_IMAGES[img])
-    checks = []
+    out: Column | None = None
     for name, ft in tt.columns.items():
-        raw = raw_map[name]
         decoded = F.col(built)[lcr.canonical_identifier(name)] \
             .getField(lcr.LOGICAL_TYPES[ft.logical].field)
-        checks.append(F.when(raw.isNotNull() & decoded.isNull(), F.concat(
-            F.lit(f"{tt.label}.{name}: value "), F.substring(raw, 1, 60),
-            F.lit(f" is not a {ft.logical} (Debezium codec {ft.codec})"))))
-    return F.coalesce(*checks) if checks else F.lit(None).cast("string")
+        cond = raw_map[name].isNotNull() & decoded.isNull()
+        label = F.lit(f"{tt.label}.{name}")
+        out = F.when(cond, label) if out is None else out.when(cond, label)
+    return F.lit(None).cast("string") if out is None else out
 
 
-def _checked(img: str, built: str, tables: dict[str, TableTypes]) -> Column:
-    """The map in column ``built``, or a job failure naming the first bad value."""
+def _descriptions(tables: dict[str, TableTypes]) -> tuple[Column, Column]:
+    """Literal maps from ``<table>.<column>`` to the column's name in the images and to
+    what its value should have been."""
     from pyspark.sql import functions as F
 
-    bad = _per_table(tables, lambda tt: value_errors(img, built, tt))
-    return F.when(bad.isNotNull(), F.raise_error(F.concat(
-        F.lit(ERROR_PREFIX), F.col("file"), F.lit(": "), bad))).otherwise(F.col(built))
+    names: list[Column] = []
+    wanted: list[Column] = []
+    for tt in tables.values():
+        for name, ft in tt.columns.items():
+            label = F.lit(f"{tt.label}.{name}")
+            names += [label, F.lit(name)]
+            wanted += [label, F.lit(f" is not a {ft.logical} (Debezium codec {ft.codec})")]
+    empty = F.create_map().cast("map<string,string>")
+    return (F.create_map(*names) if names else empty), (F.create_map(*wanted) if wanted
+                                                        else empty)
+
+
+def _checked(img: str, built: str, bad: str, tables: dict[str, TableTypes]) -> Column:
+    """The map in column ``built``, or a job failure naming the first bad value, whose
+    ``<table>.<column>`` is in column ``bad`` (:func:`bad_value`)."""
+    from pyspark.sql import functions as F
+
+    names, wanted = _descriptions(tables)
+    label = F.col(bad)
+    raw = F.col(_IMAGES[img])[names[label]]
+    return F.when(label.isNotNull(), F.raise_error(F.concat(
+        F.lit(ERROR_PREFIX), F.col("file"), F.lit(": "), label, F.lit(": value "),
+        F.substring(raw, 1, 60), wanted[label]))).otherwise(F.col(built))
 
 
 def _key_of(tt: TableTypes, built: str) -> Column:
@@ -268,20 +305,32 @@ def to_lcrs(df: DataFrame, source: DebeziumSource, tables: dict[str, TableTypes]
     c = F.col
     is_row = c("cf_op") != E.Op.TRUNCATE.value
     slots = decimal_slots(tables)
-    maps = _with_decimals(_flat(df, source, tables), tables).select(
+    images = (("after", "cf_new"), ("before", "cf_old"))
+    # one projection per step: each column is referenced more than once by the next,
+    # so Spark keeps it computed once per row instead of pasting it into every use;
+    # and a code-generation barrier between the steps (see codegen_barrier)
+    decimals = codegen_barrier(_with_decimals(_flat(df, source, tables), tables))
+    fulls = codegen_barrier(decimals.select(
         "*",
-        *[F.when(is_row, _per_table(tables, lambda tt, img=img: image_map(
-            img, tt, slots[tt.label]))).alias(built)
-          for img, built in (("after", "cf_new"), ("before", "cf_old"))],
-    )
+        *[F.when(is_row & c(_IMAGES[img]).isNotNull(), _per_table(
+            tables, lambda tt, img=img: full_map(img, tt, slots[tt.label]))).alias(f"{built}_all")
+          for img, built in images]))
+    built_maps = codegen_barrier(fulls.select(
+        "*",
+        *[F.when(is_row, _per_table(tables, lambda tt, img=img, built=built: image_map(
+            img, f"{built}_all", tt))).alias(built) for img, built in images]))
+    maps = codegen_barrier(built_maps.select(
+        "*",
+        *[_per_table(tables, lambda tt, img=img, built=built: bad_value(img, built, tt))
+          .alias(f"{built}_bad") for img, built in images]))
     command = F.expr("case cf_op " + " ".join(f"when '{o.value}' then '{o.command}'"
                                               for o in E.Op) + " end")
     keys = _per_table(tables, lambda tt: F.array(*[F.lit(lcr.canonical_identifier(k))
                                                    for k in tt.key]))
-    new = _checked("after", "cf_new", tables)
+    new = _checked("after", "cf_new", "cf_new_bad", tables)
     old = F.when(c("cf_before").isNull() & (c("cf_op") == E.Op.UPDATE.value),
                  _per_table(tables, lambda tt: _key_of(tt, "cf_new"))) \
-        .otherwise(_checked("before", "cf_old", tables))
+        .otherwise(_checked("before", "cf_old", "cf_old_bad", tables))
     given: dict[str, Column] = {
         "msg_id": message_id(),
         "kind": F.when(is_row, "ROW").otherwise("DDL"),
@@ -303,6 +352,23 @@ def to_lcrs(df: DataFrame, source: DebeziumSource, tables: dict[str, TableTypes]
         "new_values": F.when(is_row, new),
     }
     return maps.select(*[_field(f, given) for f in lcr.LCR_FIELDS])
+
+
+def codegen_barrier(df: DataFrame) -> DataFrame:
+    """``df`` as it is, in a whole-stage generated-code unit of its own.
+
+    Spark compiles a chain of projections into one Java method per row
+    (``processNext``); the whole conversion with the captures' rule filter above it
+    made one of some 35 KB of bytecode, which HotSpot's compilers give up on ("out of
+    virtual registers", "out of nodes"), so it ran in the interpreter or half
+    compiled: the stage took twice as long with a rule filter as without, and its
+    speed changed from run to run. An observed metric (a count nobody reads) is an
+    operator without generated code: the stages on either side get methods of their
+    own, each small enough to compile.
+    """
+    from pyspark.sql import functions as F
+
+    return df.observe(f"cf_dbz_stage_{uuid.uuid4().hex}", F.count(F.lit(1)).alias("rows"))
 
 
 def _field(spec: tuple[str, str, bool], given: dict[str, Column]) -> Column:
