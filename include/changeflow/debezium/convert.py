@@ -27,7 +27,7 @@ from __future__ import annotations
 import uuid
 from typing import TYPE_CHECKING, Any
 
-from changeflow import lcr, values
+from changeflow import lcr
 from changeflow.debezium import envelope as E
 from changeflow.debezium import types as T
 from changeflow.debezium.config import DebeziumSource
@@ -132,35 +132,57 @@ def _with_decimals(df: DataFrame, tables: dict[str, TableTypes]) -> DataFrame:
                           *step2)
 
 
-def _decoded(img: str, name: str, ft: T.FieldType, slot: int | None) -> Column:
-    from pyspark.sql import functions as F
+def _value_sql(sql: str, logical: str) -> str:
+    """SQL of a typed-value struct holding ``sql`` in the field of ``logical`` (as
+    :func:`changeflow.values.value_struct` builds it).
 
+    The conversion's expressions are written as SQL text, each parsed once by Spark:
+    built as trees of ``Column`` objects they cost thousands of calls into the JVM,
+    about a second of every capture run.
+    """
+    target = lcr.LOGICAL_TYPES[logical].field
+    parts = []
+    for name, ddl in lcr.VALUE_FIELDS:
+        if name == "type":
+            value = _lit(logical)
+        elif name == target:
+            value = f"CAST(({sql}) AS {ddl})"
+        else:
+            value = f"CAST(NULL AS {ddl})"
+        parts += [_lit(name), value]
+    return f"named_struct({', '.join(parts)})"
+
+
+def _decoded(img: str, name: str, ft: T.FieldType, slot: int | None) -> str:
     if slot is not None:
         scale = str(ft.scale or 0) if ft.codec == "decimal" else f"`cf_s_{img}_{slot}`"
         sql = T.decimal_value_sql(f"`cf_d_{img}_{slot}`", scale)
     else:
         sql = T.decode_sql(_raw(img, name), ft)
-    return values.value_struct(F.expr(sql), ft.logical)
+    return _value_sql(sql, ft.logical)
 
 
-def full_map(img: str, tt: TableTypes, slots: dict[str, int] | None = None) -> Column:
-    """Every column of a row image of table ``tt`` decoded into one LCR value map.
+def _per_table_sql(tables: dict[str, TableTypes], build: Any) -> str:
+    """SQL of ``build(tt)`` (SQL text) for the row's table (by its number in ``cf_t``)."""
+    branches = [f"WHEN cf_t = {i} THEN {build(tt)}" for i, tt in enumerate(tables.values())]
+    return f"CASE {' '.join(branches)} END" if branches else "NULL"
+
+
+def full_map(img: str, tt: TableTypes, slots: dict[str, int] | None = None) -> str:
+    """SQL of every column of a row image of table ``tt`` decoded into one value map.
 
     A column the image does not hold is a value struct with a NULL typed field there;
     :func:`image_map` keeps only the columns the image holds. ``slots``: the table's
     Decimal slots (:func:`decimal_slots`), whose digits are columns.
     """
-    from pyspark.sql import functions as F
-
-    pairs: list[Column] = []
-    for name, ft in tt.columns.items():
-        pairs += [F.lit(lcr.canonical_identifier(name)),
-                  _decoded(img, name, ft, (slots or {}).get(name))]
-    return F.create_map(*pairs) if pairs else F.lit(None)
+    pairs = [f"{_lit(lcr.canonical_identifier(name))}, "
+             f"{_decoded(img, name, ft, (slots or {}).get(name))}"
+             for name, ft in tt.columns.items()]
+    return f"map({', '.join(pairs)})" if pairs else "NULL"
 
 
-def image_map(img: str, full: str, tt: TableTypes) -> Column:
-    """The LCR value map of a row image of table ``tt`` (NULL when there is no image).
+def image_map(img: str, full: str, tt: TableTypes) -> str:
+    """SQL of the LCR value map of a row image of table ``tt`` (NULL: no image).
 
     ``full`` names the column holding :func:`full_map`. An image holding every column
     (what the connector writes with schemas) is that map; a partial one (schemaless
@@ -168,60 +190,52 @@ def image_map(img: str, full: str, tt: TableTypes) -> Column:
     holds, read from that map, so an absent column stays absent and no value is
     decoded twice in the generated code.
     """
-    from pyspark.sql import functions as F
-
-    ref, built = F.col(_IMAGES[img]), F.col(full)
-    entries: list[Column] = []
+    ref = f"`{_IMAGES[img]}`"
+    entries = []
     for name in tt.columns:
-        key = F.lit(lcr.canonical_identifier(name))
-        entry = F.struct(key.alias("key"), built[key].alias("value"))
+        key = _lit(lcr.canonical_identifier(name))
         # one entry or none (flatten, not array_compact: a lambda, not code-generated)
-        entries.append(F.when(F.map_contains_key(ref, F.lit(name)), F.array(entry))
-                       .otherwise(F.array().cast(_ENTRIES)))
+        entries.append(f"CASE WHEN map_contains_key({ref}, {_lit(name)}) THEN "
+                       f"array(named_struct('key', {key}, 'value', `{full}`[{key}])) "
+                       f"ELSE CAST(array() AS {_ENTRIES}) END")
     if not entries:
-        return F.lit(None)
-    partial = F.map_from_entries(F.flatten(F.array(*entries)))
-    return F.when(ref.isNull(), F.lit(None)) \
-        .when(F.size(ref) == len(tt.columns), built).otherwise(partial)
+        return "NULL"
+    return (f"CASE WHEN {ref} IS NULL THEN NULL WHEN size({ref}) = {len(tt.columns)} "
+            f"THEN `{full}` ELSE map_from_entries(flatten(array({', '.join(entries)}))) END")
 
 
-def bad_value(img: str, built: str, tt: TableTypes) -> Column:
-    """``<table>.<column>`` of the first value of image ``img`` that did not decode
-    (else NULL).
+def bad_value(img: str, built: str, tt: TableTypes) -> str:
+    """SQL of ``<table>.<column>`` of the first value of image ``img`` that did not
+    decode (else NULL).
 
     ``built`` names the column holding the image's map: a value that is present in
     the image but NULL in its typed field there did not decode. Only the column's
     name is a per-column branch; :func:`_checked` describes it from literal maps, so
     the generated code stays small.
     """
-    from pyspark.sql import functions as F
-
-    raw_map = F.col(_IMAGES[img])
-    out: Column | None = None
+    branches = []
     for name, ft in tt.columns.items():
-        decoded = F.col(built)[lcr.canonical_identifier(name)] \
-            .getField(lcr.LOGICAL_TYPES[ft.logical].field)
-        cond = raw_map[name].isNotNull() & decoded.isNull()
-        label = F.lit(f"{tt.label}.{name}")
-        out = F.when(cond, label) if out is None else out.when(cond, label)
-    return F.lit(None).cast("string") if out is None else out
+        field = lcr.LOGICAL_TYPES[ft.logical].field
+        branches.append(
+            f"WHEN {_raw(img, name)} IS NOT NULL AND "
+            f"`{built}`[{_lit(lcr.canonical_identifier(name))}].`{field}` IS NULL "
+            f"THEN {_lit(f'{tt.label}.{name}')}")
+    return f"CASE {' '.join(branches)} END" if branches else "CAST(NULL AS STRING)"
 
 
-def _descriptions(tables: dict[str, TableTypes]) -> tuple[Column, Column]:
-    """Literal maps from ``<table>.<column>`` to the column's name in the images and to
-    what its value should have been."""
-    from pyspark.sql import functions as F
-
-    names: list[Column] = []
-    wanted: list[Column] = []
+def _descriptions(tables: dict[str, TableTypes]) -> tuple[str, str]:
+    """SQL of literal maps from ``<table>.<column>`` to the column's name in the images
+    and to what its value should have been."""
+    names: list[str] = []
+    wanted: list[str] = []
     for tt in tables.values():
         for name, ft in tt.columns.items():
-            label = F.lit(f"{tt.label}.{name}")
-            names += [label, F.lit(name)]
-            wanted += [label, F.lit(f" is not a {ft.logical} (Debezium codec {ft.codec})")]
-    empty = F.create_map().cast("map<string,string>")
-    return (F.create_map(*names) if names else empty), (F.create_map(*wanted) if wanted
-                                                        else empty)
+            label = _lit(f"{tt.label}.{name}")
+            names.append(f"{label}, {_lit(name)}")
+            wanted.append(f"{label}, {_lit(f' is not a {ft.logical} (Debezium codec {ft.codec})')}")
+    empty = "CAST(map() AS map<string,string>)"
+    return (f"map({', '.join(names)})" if names else empty,
+            f"map({', '.join(wanted)})" if wanted else empty)
 
 
 def _checked(img: str, built: str, bad: str, tables: dict[str, TableTypes]) -> Column:
@@ -230,11 +244,10 @@ def _checked(img: str, built: str, bad: str, tables: dict[str, TableTypes]) -> C
     from pyspark.sql import functions as F
 
     names, wanted = _descriptions(tables)
-    label = F.col(bad)
-    raw = F.col(_IMAGES[img])[names[label]]
-    return F.when(label.isNotNull(), F.raise_error(F.concat(
-        F.lit(ERROR_PREFIX), F.col("file"), F.lit(": "), label, F.lit(": value "),
-        F.substring(raw, 1, 60), wanted[label]))).otherwise(F.col(built))
+    return F.expr(
+        f"CASE WHEN `{bad}` IS NOT NULL THEN raise_error(concat({_lit(ERROR_PREFIX)}, file, "
+        f"': ', `{bad}`, ': value ', substring(`{_IMAGES[img]}`[{names}[`{bad}`]], 1, 60), "
+        f"{wanted}[`{bad}`])) ELSE `{built}` END")
 
 
 def _key_of(tt: TableTypes, built: str) -> Column:
@@ -312,17 +325,17 @@ def to_lcrs(df: DataFrame, source: DebeziumSource, tables: dict[str, TableTypes]
     decimals = codegen_barrier(_with_decimals(_flat(df, source, tables), tables))
     fulls = codegen_barrier(decimals.select(
         "*",
-        *[F.when(is_row & c(_IMAGES[img]).isNotNull(), _per_table(
-            tables, lambda tt, img=img: full_map(img, tt, slots[tt.label]))).alias(f"{built}_all")
+        *[F.when(is_row & c(_IMAGES[img]).isNotNull(), F.expr(_per_table_sql(
+            tables, lambda tt, img=img: full_map(img, tt, slots[tt.label])))).alias(f"{built}_all")
           for img, built in images]))
     built_maps = codegen_barrier(fulls.select(
         "*",
-        *[F.when(is_row, _per_table(tables, lambda tt, img=img, built=built: image_map(
-            img, f"{built}_all", tt))).alias(built) for img, built in images]))
+        *[F.when(is_row, F.expr(_per_table_sql(tables, lambda tt, img=img, built=built: image_map(
+            img, f"{built}_all", tt)))).alias(built) for img, built in images]))
     maps = codegen_barrier(built_maps.select(
         "*",
-        *[_per_table(tables, lambda tt, img=img, built=built: bad_value(img, built, tt))
-          .alias(f"{built}_bad") for img, built in images]))
+        *[F.expr(_per_table_sql(tables, lambda tt, img=img, built=built: bad_value(
+            img, built, tt))).alias(f"{built}_bad") for img, built in images]))
     command = F.expr("case cf_op " + " ".join(f"when '{o.value}' then '{o.command}'"
                                               for o in E.Op) + " end")
     keys = _per_table(tables, lambda tt: F.array(*[F.lit(lcr.canonical_identifier(k))
