@@ -32,6 +32,7 @@ from sqlalchemy import select
 
 from changeflow import faults
 from changeflow.capture import pg_decode, pg_lcr
+from changeflow.capture.pg_prefetch import SlotPrefetch, open_prefetch
 from changeflow.capture.pg_source import SlotReader
 from changeflow.capture.pg_stream import SlotStream, StreamError, open_stream
 from changeflow.config import CaptureSpec, PipelineConfig, PostgresSource
@@ -62,6 +63,7 @@ class PgCaptureResult:
     transactions: int = 0
     tagged_skipped: int = 0
     streamed: int = 0  # batches read from a replication stream (the rest were peeked)
+    prefetched: int = 0  # batches read ahead from a temporary copy of the slot
     last_lsn: str | None = None
     seconds: float = 0.0
 
@@ -258,8 +260,8 @@ def _stream(reader: SlotReader, url: str, name: str, follow: bool) -> SlotStream
                        batch_rows=reader.source.batch_changes, end_lsn=end, capture=name)
 
 
-def _next_rows(stream: SlotStream | None, name: str, wait: float
-               ) -> tuple[pg_decode.Peek | None, SlotStream | None, bool]:
+def _next_rows(stream: SlotStream | SlotPrefetch | None, name: str, wait: float
+               ) -> tuple[pg_decode.Peek | None, SlotStream | SlotPrefetch | None, bool]:
     """``(chunk, stream, ended)``: the stream's next chunk, or ``None`` to peek.
 
     A stream that fails is closed and the capture goes on peeking: the slot stands
@@ -290,6 +292,7 @@ def run_pg_capture(
     connect_attempts: int = 5,
     busy_wait: float = 30.0,
     stream_changes: bool = False,
+    read_ahead: bool = True,
 ) -> PgCaptureResult:
     """Capture from a PostgreSQL slot into the capture's queue.
 
@@ -331,13 +334,23 @@ def run_pg_capture(
         reader = SlotReader(conn, source, name)
         reader.lock(busy_wait)
         reader.open(recorded_position(rt, spec))
-        stream = _stream(reader, url, name, follow) if stream_changes else None
+        stream: SlotStream | SlotPrefetch | None = None
+        if stream_changes:
+            stream = _stream(reader, url, name, follow)
+        elif read_ahead:
+            stream = open_prefetch(url, source.slot, reader.options(),
+                                   batch_rows=source.batch_changes, follow=follow,
+                                   poll=poll_interval, capture=name)
         try:
             while max_batches is None or result.batches < max_batches:
                 rows, stream, ended = _next_rows(stream, name, poll_interval)
                 if ended:  # the stream has delivered everything before the run
                     break
-                result.streamed += rows is not None and rows.rows > 0
+                if rows is not None and rows.rows > 0:
+                    if isinstance(stream, SlotPrefetch):
+                        result.prefetched += 1
+                    else:
+                        result.streamed += 1
                 n = capture_step(reader, rt, queue, spec, result, spark=spark,
                                  rule_filter=rule_filter,
                                  check=_quality_check(spark, cfg, spec), lease=lease,

@@ -1,0 +1,178 @@
+"""Capture reading its slot one batch ahead from a temporary copy (capture/pg_prefetch.py)."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from changeflow.capture.pg_prefetch import SlotPrefetch, open_prefetch
+from changeflow.capture.pg_stream import StreamError
+from changeflow.capture.postgres import recorded_position, run_pg_capture
+from changeflow.sites import queue_site
+
+from .test_pg_stream import _messages, _slots, _workload
+from .test_pg_stream import _setup as _stream_setup
+
+pytestmark = pytest.mark.postgres
+_SOURCES: list[str] = []
+
+
+def _setup(pg: Any, workdir: Path, pipeline_file: Any, monkeypatch: Any) -> tuple[Any, str]:
+    cfg, src = _stream_setup(pg, workdir, pipeline_file, monkeypatch)
+    _SOURCES.append(src)
+    return cfg, src
+
+
+@pytest.fixture(autouse=True)
+def _drop_slots(pg: Any) -> Any:
+    """The session's cluster has 20 replication slots for every test: free this test's."""
+    yield
+    while _SOURCES:
+        src = _SOURCES.pop()
+        deadline = time.monotonic() + 10
+        with pg.connect(src) as c:
+            while time.monotonic() < deadline:
+                c.execute("SELECT pg_drop_replication_slot(slot_name) FROM pg_replication_slots"
+                          " WHERE database = current_database() AND NOT active")
+                if not c.execute("SELECT count(*) FROM pg_replication_slots WHERE "
+                                 "database = current_database()").fetchone()[0]:
+                    break
+                time.sleep(0.1)
+
+CAPTURE = """
+import sys
+from changeflow.capture.postgres import run_pg_capture
+from changeflow.config import load_config
+run_pg_capture(None, load_config(sys.argv[1]), sys.argv[2])
+"""
+
+
+def _no_copies(pg: Any, src: str, cfg: Any) -> bool:
+    deadline = time.monotonic() + 10
+    while len(_slots(pg, src)) > len(cfg.captures) and time.monotonic() < deadline:
+        time.sleep(0.1)  # a closed session's temporary copy goes with its backend
+    return sorted(_slots(pg, src)) == sorted(s.source.slot for s in cfg.captures)
+
+
+def test_read_ahead_and_peek_capture_the_same_lcrs(pg: Any, workdir: Path,
+                                                   pipeline_file: Any,
+                                                   monkeypatch: Any) -> None:
+    cfg, src = _setup(pg, workdir, pipeline_file, monkeypatch)
+    _workload(pg, src)
+    ahead = run_pg_capture(None, cfg, "cap_a")  # the default
+    peeked = run_pg_capture(None, cfg, "cap_b", read_ahead=False)
+    assert ahead.prefetched == ahead.batches >= 4 and ahead.streamed == 0
+    assert peeked.prefetched == peeked.streamed == 0 and peeked.batches >= 4
+    assert ahead.messages == peeked.messages == 200
+    a, b = _messages(cfg, "strm.qa@s1"), _messages(cfg, "strm.qb@s1")
+    assert len({m["msg_id"] for m in a}) == 200
+    for m in a + b:
+        m.pop("enq_time", None)
+    assert a == b
+    # the capture's own slot is advanced to what it recorded; the copy is gone
+    assert _no_copies(pg, src, cfg)
+    slots = _slots(pg, src)
+    for spec in cfg.captures:
+        rt, _ = queue_site(cfg, spec.queue)
+        assert slots[spec.source.slot] == recorded_position(rt, spec)
+    assert run_pg_capture(None, cfg, "cap_a").messages == 0  # nothing twice
+
+
+def test_max_batches_leaves_the_rest_in_the_slot(pg: Any, workdir: Path, pipeline_file: Any,
+                                                 monkeypatch: Any) -> None:
+    cfg, src = _setup(pg, workdir, pipeline_file, monkeypatch)
+    _workload(pg, src)
+    first = run_pg_capture(None, cfg, "cap_a", max_batches=1)
+    assert first.batches == 1 and 0 < first.messages < 200
+    spec = cfg.component("capture", "cap_a")
+    rt, _ = queue_site(cfg, spec.queue)
+    assert _no_copies(pg, src, cfg)  # read ahead, but only the copy consumed it
+    assert _slots(pg, src)[spec.source.slot] == recorded_position(rt, spec)
+    rest = run_pg_capture(None, cfg, "cap_a")
+    assert first.messages + rest.messages == 200
+    msgs = _messages(cfg, "strm.qa@s1")
+    assert len(msgs) == 200 and len({m["msg_id"] for m in msgs}) == 200
+
+
+def test_killed_after_commit_before_advance_loses_and_repeats_nothing(
+        pg: Any, workdir: Path, pipeline_file: Any, monkeypatch: Any) -> None:
+    cfg, src = _setup(pg, workdir, pipeline_file, monkeypatch)
+    spec = cfg.component("capture", "cap_a")
+    rt, _ = queue_site(cfg, spec.queue)
+    before = _slots(pg, src)[spec.source.slot]
+    _workload(pg, src)
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path),
+           "CHANGEFLOW_CRASH_AT": "capture.after_commit:2"}
+    done = subprocess.run([sys.executable, "-c", CAPTURE, str(cfg.source_path), "cap_a"],
+                          env=env, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 137, done.stderr[-2000:]
+    recorded = recorded_position(rt, spec)
+    assert recorded is not None and recorded > before
+    assert _no_copies(pg, src, cfg)
+    # the second batch was committed but the slot not advanced past the first
+    assert before < _slots(pg, src)[spec.source.slot] < recorded
+    again = run_pg_capture(None, cfg, "cap_a")
+    assert again.prefetched >= 1
+    msgs = _messages(cfg, "strm.qa@s1")
+    assert len(msgs) == 200 and len({m["msg_id"] for m in msgs}) == 200
+    assert _slots(pg, src)[spec.source.slot] == recorded_position(rt, spec)
+
+
+def test_following_reads_later_changes(pg: Any, workdir: Path, pipeline_file: Any,
+                                       monkeypatch: Any) -> None:
+    cfg, src = _setup(pg, workdir, pipeline_file, monkeypatch)
+    later = threading.Timer(1.0, _workload, (pg, src))
+    later.start()
+    try:
+        got = run_pg_capture(None, cfg, "cap_a", follow=True, max_seconds=6.0,
+                             poll_interval=0.1)
+    finally:
+        later.join()
+    assert got.messages == 200 and got.prefetched >= 1
+    assert _no_copies(pg, src, cfg)
+
+
+def test_a_prefetch_that_cannot_start_says_why_and_the_capture_peeks(
+        pg: Any, workdir: Path, pipeline_file: Any, monkeypatch: Any) -> None:
+    cfg, src = _setup(pg, workdir, pipeline_file, monkeypatch)
+    url = os.environ[cfg.component("capture", "cap_a").source.url_env]
+    with pytest.raises(StreamError, match="no_such_slot"):
+        SlotPrefetch(url, "no_such_slot", ["format-version", "2"], batch_rows=10,
+                     follow=False).start()
+    assert open_prefetch(url, "no_such_slot", ["format-version", "2"], batch_rows=10,
+                         follow=False, poll=0.1, capture="c") is None
+    assert _no_copies(pg, src, cfg)
+    _workload(pg, src)
+    monkeypatch.setattr("changeflow.capture.postgres.open_prefetch",
+                        lambda *a, **k: None)  # e.g. no free replication slot
+    got = run_pg_capture(None, cfg, "cap_a")
+    assert got.messages == 200 and got.prefetched == 0 and got.batches >= 4
+
+
+def test_a_failed_read_hands_over_nothing_and_the_capture_peeks_on(
+        pg: Any, workdir: Path, pipeline_file: Any, monkeypatch: Any) -> None:
+    cfg, src = _setup(pg, workdir, pipeline_file, monkeypatch)
+    _workload(pg, src)
+    real = SlotPrefetch._put
+    handed = [0]
+
+    def put(self: SlotPrefetch, item: Any, final: bool = False) -> None:
+        if not final:
+            handed[0] += 1
+            if handed[0] == 2:  # the second read fails: its slot copy is dropped
+                self._conn.execute("SELECT pg_drop_replication_slot(%s)", (self.copy,))
+                raise RuntimeError("read failed")
+        real(self, item, final)
+
+    monkeypatch.setattr(SlotPrefetch, "_put", put)
+    got = run_pg_capture(None, cfg, "cap_a")
+    assert got.messages == 200 and got.prefetched == 1 and got.batches >= 4
+    msgs = _messages(cfg, "strm.qa@s1")
+    assert len(msgs) == 200 and len({m["msg_id"] for m in msgs}) == 200
