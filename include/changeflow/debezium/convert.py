@@ -1,4 +1,4 @@
-"""Pass 2: change events into LCRs, as one chain of code-generated projections.
+"""Pass 2: change events into LCRs, as a chain of code-generated projections.
 
 :func:`to_lcrs` is a pure ``DataFrame -> DataFrame`` transform of
 :func:`.reader.read_events`' output. It is shaped for Spark's whole-stage code
@@ -8,10 +8,14 @@ generation, which is what makes it fast:
    columns, once (the commit position, which parses ``source.sequence``, is read once
    and used by the commit position, the transaction id and the message id);
 2. each row image becomes its LCR value map in one ``map(...)`` expression per table
-   (a ``CASE`` over the captured tables, by a table number computed in step 1);
+   (a ``CASE`` over the captured tables, by a table number computed in step 1); a
+   partial image keeps the entries of the columns it holds;
 3. the value checks read the built maps back (a value that was present in the image
    but did not decode is NULL in its map) and stop the job with an error naming file,
    table, column and value; the message id is hashed.
+
+Each step is a generated-code unit of its own (:func:`codegen_barrier`): compiled as
+one, they made a Java method HotSpot would not compile.
 
 No step carries a wide column: Spark generates code only for operators whose rows
 have at most ``spark.sql.codegen.maxFields`` (100) fields, nested fields counted, and
