@@ -357,8 +357,10 @@ def _entry(label: str, op: str, tag: str, clients: int, batch: int, count: int, 
     return {
         "name": f"aq_{label}_{op}_{tag}", "ratio": round(aq / plain, 3),
         "baseline": f"plain queue table {round(plain)} msg/s (alternating rounds, same run)",
-        "target": (f">= 2000 msg/s{' and >= 0.5x' if label == 'pg' else ''}" if one
-                   else (">= 0.5x" if label == "pg" else None)),
+        # the targets are for one message per transaction; arrays are reported
+        # beside them (one client: still >= 2,000 msg/s)
+        "target": (f">= 2000 msg/s{' and >= 0.5x' if label == 'pg' and batch == 1 else ''}"
+                   if one else (">= 0.5x" if label == "pg" else None)),
         "figures": {"aq_msg_per_s": round(aq), "plain_msg_per_s": round(plain),
                     "median_round_ratio": round(statistics.median(ratios), 3),
                     "messages": count, "rounds": rounds, "clients": clients,
