@@ -36,20 +36,15 @@ import uuid
 from typing import Any
 
 from changeflow.capture.pg_decode import Peek
+from changeflow.capture.pg_source import _PEEK_SQL
 from changeflow.capture.pg_stream import StreamError
 
 log = logging.getLogger(__name__)
 _END = object()  # the reader's last item: nothing more will come
 
-# The peek's query (pg_source._PEEK_SQL), consuming the temporary copy.
-_GET_SQL = """
-SELECT string_agg(data, ',' ORDER BY n),
-       array_agg((lsn - '0/0'::pg_lsn)::bigint ORDER BY n)
-           FILTER (WHERE left(data, 13) = '{"action":"C"'),
-       count(*)
-FROM pg_logical_slot_get_changes(%s, NULL, %s, VARIADIC %s::text[])
-     WITH ORDINALITY AS c(lsn, xid, data, n)
-"""
+# The peek's query, consuming the temporary copy.
+_GET_SQL = _PEEK_SQL.replace("pg_logical_slot_peek_changes", "pg_logical_slot_get_changes")
+assert _GET_SQL != _PEEK_SQL
 
 
 class SlotPrefetch:
