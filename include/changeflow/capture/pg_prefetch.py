@@ -29,25 +29,20 @@ from __future__ import annotations
 
 import contextlib
 import logging
-import os
-import queue
 import threading
-import uuid
-from typing import Any
 
 from changeflow.capture.pg_decode import Peek
 from changeflow.capture.pg_source import _PEEK_SQL
-from changeflow.capture.pg_stream import StreamError
+from changeflow.capture.pg_stream import CopyReader, StreamError
 
 log = logging.getLogger(__name__)
-_END = object()  # the reader's last item: nothing more will come
 
 # The peek's query, consuming the temporary copy.
 _GET_SQL = _PEEK_SQL.replace("pg_logical_slot_peek_changes", "pg_logical_slot_get_changes")
 assert _GET_SQL != _PEEK_SQL
 
 
-class SlotPrefetch:
+class SlotPrefetch(CopyReader):
     """Batches of a capture's slot, read ahead from a temporary copy in a thread.
 
     Args:
@@ -60,19 +55,15 @@ class SlotPrefetch:
         poll: seconds between reads of a drained copy when following.
     """
 
+    prefix = "cf_prefetch"
+
     def __init__(self, url: str, slot: str, options: list[str], *, batch_rows: int,
                  follow: bool, poll: float = 0.5, application_name: str = ""):
-        self.url, self.slot, self.options = url, slot, list(options)
-        self.batch_rows, self.follow, self.poll = max(batch_rows, 1), follow, poll
+        super().__init__(url, slot, batch_rows=batch_rows,
+                         application_name=application_name or "changeflow-prefetch")
+        self.options, self.follow, self.poll = list(options), follow, poll
         # The capture loop asks for a timeout only when following (as for a stream).
         self.end_lsn: int | None = None if follow else 0
-        self.application_name = application_name or "changeflow-prefetch"
-        self.copy = f"cf_prefetch_{os.getpid()}_{uuid.uuid4().hex[:8]}"
-        self._chunks: queue.Queue[Any] = queue.Queue(maxsize=1)
-        self._stop = threading.Event()
-        self._thread: threading.Thread | None = None
-        self._conn: Any = None
-        self.error: BaseException | None = None
 
     # -- life cycle ------------------------------------------------------------------
     def start(self) -> SlotPrefetch:
@@ -99,86 +90,32 @@ class SlotPrefetch:
         self._thread.start()
         return self
 
-    def close(self) -> None:
-        """Stop the reader and end the session (the temporary copy goes with it)."""
-        self._stop.set()
-        if self._thread is not None:
-            if self._conn is not None:
-                with contextlib.suppress(Exception):  # interrupt a read in progress
-                    self._conn.cancel_safe(timeout=5.0)
-            while self._thread.is_alive():
-                with contextlib.suppress(queue.Empty):  # unblock a reader waiting for room
-                    self._chunks.get_nowait()
-                self._thread.join(0.05)
-            self._thread = None
-        if self._conn is not None:
-            # Dropped now, not when the backend exits a moment after the close: the slot
-            # is free again for whatever the caller does next.
-            with contextlib.suppress(Exception):  # a broken connection drops it on exit
-                self._conn.execute("SELECT pg_drop_replication_slot(slot_name) FROM "
-                                   "pg_replication_slots WHERE slot_name = %s AND temporary",
-                                   (self.copy,))
-            with contextlib.suppress(Exception):  # closing a broken connection
-                self._conn.close()
-            self._conn = None
+    def _interrupt(self) -> None:
+        with contextlib.suppress(Exception):  # interrupt a read in progress
+            self._conn.cancel_safe(timeout=5.0)
 
-    def __enter__(self) -> SlotPrefetch:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
-
-    # -- consuming -------------------------------------------------------------------
-    def next(self, timeout: float | None = None) -> Peek | None:
-        """The next batch of whole transactions; ``None`` once the prefetch has ended.
-
-        Following, an empty :class:`Peek` comes back after ``timeout`` seconds without
-        a batch.
-
-        Raises:
-            StreamError: a read failed (nothing of it was handed over).
-        """
-        try:
-            item = self._chunks.get(timeout=timeout)
-        except queue.Empty:
-            return Peek("", [], 0)
-        if item is _END:
-            self._chunks.put(_END)  # stays ended for later calls
-            if self.error is not None:
-                raise StreamError(f"reading a copy of slot {self.slot!r} failed: "
-                                  f"{self.error}") from self.error
-            return None
-        return item  # type: ignore[no-any-return]
+    def _release(self) -> None:
+        # Dropped now, not when the backend exits a moment after the close: the slot
+        # is free again for whatever the caller does next.
+        with contextlib.suppress(Exception):  # a broken connection drops it on exit
+            self._conn.execute("SELECT pg_drop_replication_slot(slot_name) FROM "
+                               "pg_replication_slots WHERE slot_name = %s AND temporary",
+                               (self.copy,))
 
     # -- the reader thread ---------------------------------------------------------------
     def _run(self) -> None:
-        try:
-            while not self._stop.is_set():
-                row = self._conn.execute(_GET_SQL, (self.copy, self.batch_rows,
-                                                    self.options)).fetchone()
-                if row is None or not row[2]:
-                    if not self.follow:
-                        return
-                    self._stop.wait(self.poll)
-                    continue
-                self._put(Peek(row[0] or "", [int(x) for x in row[1] or []], int(row[2])))
-        except BaseException as exc:  # noqa: BLE001  (handed to the consumer)
-            if not self._stop.is_set():
-                self.error = exc
-        finally:
-            self._put(_END, final=True)
+        self._finish(self._read)
 
-    def _put(self, item: Any, final: bool = False) -> None:
-        """Queue ``item``, waiting for room (or for :meth:`close`)."""
-        while True:
-            if self._stop.is_set() and not final:
-                return
-            try:
-                self._chunks.put(item, timeout=0.5)
-                return
-            except queue.Full:
-                if final and self._stop.is_set():
+    def _read(self) -> None:
+        while not self._stop.is_set():
+            row = self._conn.execute(_GET_SQL, (self.copy, self.batch_rows,
+                                                self.options)).fetchone()
+            if row is None or not row[2]:
+                if not self.follow:
                     return
+                self._stop.wait(self.poll)
+                continue
+            self._put(Peek(row[0] or "", [int(x) for x in row[1] or []], int(row[2])))
 
 
 def open_prefetch(url: str, slot: str, options: list[str], *, batch_rows: int,

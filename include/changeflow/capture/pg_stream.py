@@ -34,7 +34,8 @@ import queue
 import threading
 import time
 import uuid
-from typing import Any
+from collections.abc import Callable
+from typing import Any, Self
 
 from changeflow.capture.pg_decode import Peek
 
@@ -59,7 +60,115 @@ def _options(opts: list[str]) -> dict[str, str]:
     return dict(zip(opts[::2], opts[1::2], strict=True))
 
 
-class SlotStream:
+class CopyReader:
+    """A reader thread on a temporary copy of a capture's slot, handing whole
+    transactions (:class:`~.pg_decode.Peek` chunks) to the capture through a bounded
+    queue: what :class:`SlotStream` and :class:`~.pg_prefetch.SlotPrefetch` share.
+
+    A subclass opens ``_conn`` and the copy in ``start``, runs its reader in
+    ``_thread`` and ends it with :meth:`_finish`; :meth:`close` stops it, and
+    :meth:`_interrupt` / :meth:`_release` are its hooks there.
+    """
+
+    #: the copy's name prefix, the queue's depth, what :meth:`next` says failed
+    prefix, depth, failure = "cf_copy", 1, "reading a copy of slot {slot!r}"
+
+    def __init__(self, url: str, slot: str, *, batch_rows: int, application_name: str):
+        self.url, self.slot = url, slot
+        self.batch_rows = max(batch_rows, 1)
+        self.application_name = application_name
+        self.copy = f"{self.prefix}_{os.getpid()}_{uuid.uuid4().hex[:8]}"
+        self._chunks: queue.Queue[Any] = queue.Queue(maxsize=self.depth)
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self._conn: Any = None
+        self.error: BaseException | None = None
+
+    # -- life cycle ------------------------------------------------------------------
+    def close(self) -> None:
+        """Stop the reader and end the session (the temporary copy goes with it)."""
+        self._stop.set()
+        if self._thread is not None:
+            if self._conn is not None:
+                self._interrupt()
+            while self._thread.is_alive():
+                with contextlib.suppress(queue.Empty):  # unblock a reader waiting for room
+                    self._chunks.get_nowait()
+                self._thread.join(0.05)
+            self._thread = None
+        if self._conn is not None:
+            self._release()
+            with contextlib.suppress(Exception):  # closing a broken connection
+                self._conn.close()
+            self._conn = None
+
+    def _interrupt(self) -> None:
+        """Wake a reader blocked in the server (``close``, before joining it)."""
+
+    def _release(self) -> None:
+        """Undo what the session holds, before its connection is closed."""
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # -- consuming -------------------------------------------------------------------
+    def next(self, timeout: float | None = None) -> Peek | None:
+        """The next chunk of whole transactions; ``None`` once the reader has ended.
+
+        Following, an empty :class:`Peek` comes back after ``timeout`` seconds without
+        a chunk.
+
+        Raises:
+            StreamError: the reader failed (nothing it read was handed over half).
+        """
+        try:
+            item = self._chunks.get(timeout=timeout)
+        except queue.Empty:
+            return Peek("", [], 0)
+        if item is _END:
+            self._chunks.put(_END)  # stays ended for later calls
+            if self.error is not None:
+                raise StreamError(f"{self.failure.format(slot=self.slot)} failed: "
+                                  f"{self.error}") from self.error
+            return None
+        return item  # type: ignore[no-any-return]
+
+    # -- the reader thread -----------------------------------------------------------
+    def _finish(self, read: Callable[[], None], keepalive: Callable[[], None] | None = None
+                ) -> None:
+        """Run ``read`` in the reader thread; its error goes to the consumer, then the end."""
+        try:
+            read()
+        except BaseException as exc:  # noqa: BLE001  (handed to the consumer)
+            if not self._stop.is_set():
+                self.error = exc
+        finally:
+            self._put(_END, final=True, keepalive=keepalive)
+
+    def _put(self, item: Any, final: bool = False,
+             keepalive: Callable[[], None] | None = None) -> None:
+        """Queue ``item``, waiting for room (or for :meth:`close`); every 5 s of waiting
+        calls ``keepalive`` (a replication session must keep talking to the server)."""
+        waited = 0.0
+        while True:
+            if self._stop.is_set() and not final:
+                return
+            try:
+                self._chunks.put(item, timeout=0.5)
+                return
+            except queue.Full:
+                if final and self._stop.is_set():
+                    return
+                waited += 0.5
+                if keepalive is not None and waited >= 5.0 and not final:
+                    waited = 0.0
+                    keepalive()
+
+
+class SlotStream(CopyReader):
     """Changes of a capture's slot, streamed from a temporary copy in a reader thread.
 
     Args:
@@ -74,17 +183,14 @@ class SlotStream:
             the complete transactions it holds.
     """
 
+    prefix, depth, failure = "cf_stream", 2, "replication stream of slot {slot!r}"
+
     def __init__(self, url: str, slot: str, options: list[str], *, batch_rows: int,
                  end_lsn: int | None, idle: float = 0.2, application_name: str = ""):
-        self.url, self.slot, self.options = url, slot, _options(options)
-        self.batch_rows, self.end_lsn, self.idle = max(batch_rows, 1), end_lsn, idle
-        self.application_name = application_name
-        self.copy = f"cf_stream_{os.getpid()}_{uuid.uuid4().hex[:8]}"
-        self._chunks: queue.Queue[Any] = queue.Queue(maxsize=2)
-        self._stop = threading.Event()
-        self._thread: threading.Thread | None = None
-        self._conn: Any = None
-        self.error: BaseException | None = None
+        super().__init__(url, slot, batch_rows=batch_rows,
+                         application_name=application_name or "changeflow-stream")
+        self.options = _options(options)
+        self.end_lsn, self.idle = end_lsn, idle
 
     # -- life cycle ------------------------------------------------------------------
     def start(self) -> SlotStream:
@@ -101,7 +207,7 @@ class SlotStream:
         try:
             self._conn = psycopg2.connect(
                 self.url, connection_factory=psycopg2.extras.LogicalReplicationConnection,
-                application_name=self.application_name or "changeflow-stream")
+                application_name=self.application_name)
             cur = self._conn.cursor()
             cur.execute("SELECT pg_copy_logical_replication_slot(%s, %s, true)",
                         (self.slot, self.copy))
@@ -116,57 +222,13 @@ class SlotStream:
         self._thread.start()
         return self
 
-    def close(self) -> None:
-        """Stop the reader and end the session (the temporary copy goes with it)."""
-        self._stop.set()
-        if self._thread is not None:
-            while self._thread.is_alive():
-                with contextlib.suppress(queue.Empty):  # unblock a reader waiting for room
-                    self._chunks.get_nowait()
-                self._thread.join(0.05)
-            self._thread = None
-        if self._conn is not None:
-            with contextlib.suppress(Exception):  # closing a broken connection
-                self._conn.close()
-            self._conn = None
-
-    def __enter__(self) -> SlotStream:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
-
-    # -- consuming -------------------------------------------------------------------
-    def next(self, timeout: float | None = None) -> Peek | None:
-        """The next chunk of whole transactions; ``None`` when the stream has ended.
-
-        Following (no ``end_lsn``), an empty :class:`Peek` comes back after ``timeout``
-        seconds without a chunk.
-
-        Raises:
-            StreamError: the reader failed (nothing it read was handed over half).
-        """
-        try:
-            item = self._chunks.get(timeout=timeout)
-        except queue.Empty:
-            return Peek("", [], 0)
-        if item is _END:
-            self._chunks.put(_END)  # stays ended for later calls
-            if self.error is not None:
-                raise StreamError(f"replication stream of slot {self.slot!r} failed: "
-                                  f"{self.error}") from self.error
-            return None
-        return item  # type: ignore[no-any-return]
-
     # -- the reader thread ---------------------------------------------------------------
     def _run(self, cur: Any) -> None:
-        try:
-            self._read(cur)
-        except BaseException as exc:  # noqa: BLE001  (handed to the consumer)
-            if not self._stop.is_set():
-                self.error = exc
-        finally:
-            self._put(_END, cur, final=True)
+        self._finish(lambda: self._read(cur), self._keepalive(cur))
+
+    @staticmethod
+    def _keepalive(cur: Any) -> Callable[[], None]:
+        return lambda: cur.send_feedback(force=True)  # a status update: the server waits
 
     def _read(self, cur: Any) -> None:
         import select
@@ -212,25 +274,8 @@ class SlotStream:
         if docs:
             # Documents outside a transaction (logical messages) travel with the chunk
             # like a peek returns them.
-            self._put(Peek(b",".join(docs), lsns, len(docs)), cur)
+            self._put(Peek(b",".join(docs), lsns, len(docs)), keepalive=self._keepalive(cur))
         return [], []
-
-    def _put(self, item: Any, cur: Any, final: bool = False) -> None:
-        """Queue ``item``, keeping the replication session alive while the queue is full."""
-        waited = 0.0
-        while True:
-            if self._stop.is_set() and not final:
-                return
-            try:
-                self._chunks.put(item, timeout=0.5)
-                return
-            except queue.Full:
-                if final and self._stop.is_set():
-                    return
-                waited += 0.5
-                if waited >= 5.0 and not final:
-                    waited = 0.0
-                    cur.send_feedback(force=True)  # a status update: the server waits
 
 
 def open_stream(url: str, slot: str, options: list[str], *, batch_rows: int,

@@ -163,13 +163,13 @@ def test_a_failed_read_hands_over_nothing_and_the_capture_peeks_on(
     real = SlotPrefetch._put
     handed = [0]
 
-    def put(self: SlotPrefetch, item: Any, final: bool = False) -> None:
+    def put(self: SlotPrefetch, item: Any, final: bool = False, **kw: Any) -> None:
         if not final:
             handed[0] += 1
             if handed[0] == 2:  # the second read fails: its slot copy is dropped
                 self._conn.execute("SELECT pg_drop_replication_slot(%s)", (self.copy,))
                 raise RuntimeError("read failed")
-        real(self, item, final)
+        real(self, item, final, **kw)
 
     monkeypatch.setattr(SlotPrefetch, "_put", put)
     got = run_pg_capture(None, cfg, "cap_a")
