@@ -51,6 +51,11 @@ def get_session(app_name: str = "changeflow", *, master: str | None = None,
         # Row migration overlays old values with new ones with a plain map_concat, which
         # stays in generated code (see rules.migration.merged_values).
         .config("spark.sql.mapKeyDedupPolicy", "LAST_WIN")
+        # PySpark's DataFrame debugging records the Python call site of every DataFrame
+        # and Column call: three JVM round trips and a stack walk each, about a third of
+        # the time a job spends building a plan of a few hundred expressions. The call
+        # sites are changeflow's own code, which its error messages name already.
+        .config("spark.python.sql.dataFrameDebugging.enabled", "false")
     )
     java_options = _conf().get("spark.driver.extraJavaOptions")
     # Quiet applies only to a JVM this call starts: a session that already runs (the

@@ -19,6 +19,8 @@ DEFAULT_CONF: dict[str, str] = {
     "spark.driver.extraJavaOptions": "-XX:-DontCompileHugeMethods",
     "spark.executor.extraJavaOptions": "-XX:-DontCompileHugeMethods",
     "spark.sql.mapKeyDedupPolicy": "LAST_WIN",
+    # no Python call site recorded per DataFrame call (see changeflow.spark)
+    "spark.python.sql.dataFrameDebugging.enabled": "false",
 }
 
 

@@ -25,6 +25,7 @@ def test_operator_kwargs() -> None:
             "spark.driver.extraJavaOptions": "-XX:-DontCompileHugeMethods",
             "spark.executor.extraJavaOptions": "-XX:-DontCompileHugeMethods",
             "spark.sql.mapKeyDedupPolicy": "LAST_WIN",
+            "spark.python.sql.dataFrameDebugging.enabled": "false",
             "spark.executor.memory": "1g",
         },
         "driver_memory": "2g",
@@ -53,6 +54,7 @@ def test_hook_builds_the_exact_argv(monkeypatch: pytest.MonkeyPatch) -> None:
         "--conf", "spark.driver.extraJavaOptions=-XX:-DontCompileHugeMethods",
         "--conf", "spark.executor.extraJavaOptions=-XX:-DontCompileHugeMethods",
         "--conf", "spark.sql.mapKeyDedupPolicy=LAST_WIN",
+        "--conf", "spark.python.sql.dataFrameDebugging.enabled=false",
         "--driver-memory", "2g", "--name", "changeflow-apply-a1",
         "/repo/jobs/apply.py", "--config", "/c.yaml", "--name", "a1",
     ]
