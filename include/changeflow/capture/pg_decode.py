@@ -141,11 +141,14 @@ class Peek:
             (text from a peek, UTF-8 bytes from a stream).
         commit_lsns: the LSN just past each commit record, in order (one per ``C``).
         rows: how many documents the slot returned.
+        docs: the documents read by Arrow (:func:`.pg_arrow.parse`) when the reader
+            did it already (the read-ahead thread does), else None.
     """
 
     text: str | bytes
     commit_lsns: list[int]
     rows: int
+    docs: Any = None
 
 
 @dataclass
@@ -238,8 +241,8 @@ def _commit_time(doc: Change) -> str:
     return doc.timestamp
 
 
-def commit_times(texts: list[str]) -> Any:
-    """Commit timestamps (wal2json's text) as an Arrow ``timestamp[us, UTC]`` array.
+def commit_times(texts: Any) -> Any:
+    """Commit timestamps (wal2json's text: a list or Arrow strings) as ``timestamp[us, UTC]``.
 
     Arrow parses them in one call; a text it refuses (an offset with seconds, as
     historical time zones have) sends the batch through :func:`_timestamptz`.
@@ -252,10 +255,11 @@ def commit_times(texts: list[str]) -> Any:
     import pyarrow.compute as pc
 
     utc = pa.timestamp("us", tz="UTC")
+    arr = texts if isinstance(texts, pa.Array) else pa.array(texts, pa.string())
     try:
-        return pc.cast(pa.array(texts, pa.string()), utc)
+        return pc.cast(arr, utc)
     except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
-        return pa.array([_timestamptz(t) for t in texts], utc)
+        return pa.array([_timestamptz(t) for t in arr.to_pylist()], utc)
 
 
 COMMANDS = {"I": "INSERT", "U": "UPDATE", "D": "DELETE"}

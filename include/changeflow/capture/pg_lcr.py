@@ -13,10 +13,11 @@ naming table, column and type, as it would alone.
 
 from __future__ import annotations
 
+import decimal
 from collections.abc import Callable
 from itertools import chain
 from operator import attrgetter
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 from changeflow import lcr
 from changeflow.capture.pg_decode import (
@@ -46,7 +47,10 @@ def _or_empty(x: list[Column] | None) -> list[Column]:
 
 
 # The value-struct field each logical type is stored in.
-_FIELD_OF = {t.field: t.name for t in lcr.LOGICAL_TYPES.values()}
+FIELD_OF = {t.field: t.name for t in lcr.LOGICAL_TYPES.values()}
+# The largest exact number an LCR holds (``decimal(38, 10)``).
+MAX_NUMBER = decimal.Decimal("9" * (lcr.DECIMAL_PRECISION - lcr.DECIMAL_SCALE) + "."
+                             + "9" * lcr.DECIMAL_SCALE)
 _canonical: dict[str, str] = {}
 
 
@@ -89,103 +93,32 @@ class LcrBuilder:
 
     def to_arrow(self) -> pa.Table:
         """The LCRs added so far, as a table following :func:`lcr.arrow_schema`."""
+        import numpy as np
         import pyarrow as pa
 
         schema = lcr.arrow_schema()
-        n = len(self.changes)
-        cols = {**self._transaction_columns(), **self._change_columns()}
-        arrays = []
-        for f in schema:
-            if f.name == "schema_version":
-                arrays.append(pa.array([lcr.SCHEMA_VERSION] * n, f.type))
-            elif f.name == "origin":
-                arrays.append(pa.array(["CAPTURED"] * n, f.type))
-            elif f.name == "new_values":
-                arrays.append(self._values(f.type, "columns", ("I", "U")))
-            elif f.name == "old_values":
-                arrays.append(self._values(f.type, "identity", ("U", "D")))
-            elif cols.get(f.name) is not None:
-                col = cols[f.name]
-                arrays.append(col if isinstance(col, pa.Array) and col.type == f.type
-                              else pa.array(col, f.type))
-            else:
-                arrays.append(pa.nulls(n, f.type))
-        return pa.Table.from_arrays(arrays, schema=schema)
-
-    def _transaction_columns(self) -> dict[str, Any]:
-        """The fields every LCR of a transaction shares, and its ids and positions."""
-        import numpy as np
-        import pyarrow as pa
-
         counts = np.fromiter((len(t.changes) for t, _, _ in self.txns), np.int64,
                              len(self.txns))
-        which = pa.array(np.repeat(np.arange(len(self.txns)), counts))
+        index = np.repeat(np.arange(len(self.txns)), counts)
         starts = np.repeat(np.cumsum(counts) - counts, counts)
         position = np.arange(int(counts.sum()), dtype=np.int64) - starts + 1
-
-        def per_txn(values: list[Any], type_: pa.DataType) -> pa.Array:
-            return pa.array(values, type_).take(which)
-
-        ids = []
-        for txn, _, _ in self.txns:
-            prefix = f"{self.db_id}{txn.end_lsn:016x}"
-            ids.extend([f"{prefix}{pos:08x}" for pos in range(1, len(txn.changes) + 1)])
-        # A message id is the source database, the commit LSN and the position: stable
-        # across re-reads of the slot, so a replay is recognised.
-        return {
-            "msg_id": ids,
-            "position": pa.array(position),
-            "tag": per_txn([tag for _, tag, _ in self.txns], pa.binary()),
-            "source_database_name": per_txn([db for _, _, db in self.txns], pa.string()),
-            "transaction_id": per_txn([str(t.xid) for t, _, _ in self.txns], pa.string()),
-            "commit_scn": per_txn([t.end_lsn for t, _, _ in self.txns], pa.int64()),
-            "commit_time": commit_times([t.commit_text for t, _, _ in self.txns]
-                                        ).take(which),
-        }
-
-    def _change_columns(self) -> dict[str, Any]:
-        """Kind, command, object and key columns of each change (per distinct value)."""
-        import numpy as np
-        import pyarrow as pa
-        import pyarrow.compute as pc
-
+        txn = TxnColumns(
+            end_lsn=np.fromiter((t.end_lsn for t, _, _ in self.txns), np.int64,
+                                len(self.txns)),
+            xid=pa.array([t.xid for t, _, _ in self.txns], pa.int64()),
+            tag=[tag for _, tag, _ in self.txns], database=[db for _, _, db in self.txns],
+            commit_text=[t.commit_text for t, _, _ in self.txns])
         changes = self.changes
-        action = pa.array(list(map(_ACTION, changes)), pa.string()).dictionary_encode()
-        owner = pa.array(list(map(_SCHEMA, changes)), pa.string()).dictionary_encode()
-        name = pa.array(list(map(_TABLE, changes)), pa.string()).dictionary_encode()
-        acts = action.dictionary.to_pylist()
-        truncate = pc.equal(action.indices, pa.scalar(acts.index("T"), action.indices.type)
-                            ) if "T" in acts else None
-
-        def by_action(values: dict[str, Any]) -> pa.Array:
-            return pa.array([values.get(a) for a in acts], pa.string()).take(action.indices)
-
-        n_names = len(name.dictionary)
-        pair = (owner.indices.to_numpy().astype(np.int64) * n_names
-                + name.indices.to_numpy().astype(np.int64))
-        pairs, pair_code = np.unique(pair, return_inverse=True)
-        rows = {int(p) for p in np.unique(pair[~truncate.to_numpy(zero_copy_only=False)])} \
-            if truncate is not None else set(pairs.tolist())
-        owners, names = owner.dictionary.to_pylist(), name.dictionary.to_pylist()
-        keys = pa.array([self.key_columns(owners[p // n_names], names[p % n_names])
-                         if p in rows else None for p in pairs.tolist()],
-                        pa.list_(pa.string())).take(pa.array(pair_code.ravel()))
-        out: dict[str, Any] = {
-            "kind": by_action({"T": "DDL", **{a: "ROW" for a in COMMANDS}}),
-            "command_type": by_action({"T": "TRUNCATE TABLE", **COMMANDS}),
-            "object_owner": pa.array([canonical(x) for x in owners],
-                                     pa.string()).take(owner.indices),
-            "object_name": pa.array([canonical(x) for x in names],
-                                    pa.string()).take(name.indices),
-            "object_type": by_action({"T": "TABLE"}),
-            "key_columns": keys,
-        }
-        if truncate is not None:
-            keys_null = pa.nulls(len(changes), keys.type)
-            out["key_columns"] = pc.if_else(truncate, keys_null, keys)
-        out["ddl_text"] = [f'TRUNCATE TABLE "{c.schema}"."{c.table}"' if c.action == "T"
-                           else None for c in changes] if truncate is not None else None
-        return out
+        cols = {**transaction_columns(self.database, txn, index, position),
+                **change_columns(pa.array(list(map(_ACTION, changes)), pa.string()),
+                                 pa.array(list(map(_SCHEMA, changes)), pa.string()),
+                                 pa.array(list(map(_TABLE, changes)), pa.string()),
+                                 self.key_columns)}
+        maps = {"new_values": self._values(schema.field("new_values").type, "columns",
+                                           ("I", "U")),
+                "old_values": self._values(schema.field("old_values").type, "identity",
+                                           ("U", "D"))}
+        return assemble(len(changes), cols, maps)
 
     def _values(self, map_type: pa.MapType, attr: str, actions: tuple[str, ...]) -> pa.Array:
         """A value-map column from each change's ``columns`` or ``identity`` list."""
@@ -206,6 +139,130 @@ class LcrBuilder:
         mask = pa.array([x is None for x in lists], pa.bool_())
         return pa.MapArray.from_arrays(pa.array(offsets), keys, items, type=map_type,
                                        mask=mask)
+
+
+class TxnColumns(NamedTuple):
+    """Per-transaction fields of a batch, one entry per transaction, in commit order."""
+
+    end_lsn: np.ndarray  # int64
+    xid: pa.Array  # int64
+    tag: list[bytes | None]
+    database: list[str]
+    commit_text: pa.Array | list[str]  # commit timestamps as wal2json wrote them
+
+
+def transaction_columns(database: str, txn: TxnColumns, index: np.ndarray,
+                        position: np.ndarray) -> dict[str, Any]:
+    """The fields every LCR of a transaction shares, and its ids and positions.
+
+    Args:
+        database: the capture's source database (its message ids name it).
+        txn: the transactions.
+        index: each LCR's transaction (an index into ``txn``).
+        position: each LCR's 1-based position in its transaction.
+    """
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    which = pa.array(index)
+    # A message id is the source database, the commit LSN and the position: stable
+    # across re-reads of the slot, so a replay is recognised.
+    db_id = lcr.message_id(database.upper())[:8]
+    prefixes = pa.array([f"{db_id}{lsn:016x}" for lsn in txn.end_lsn.tolist()], pa.string())
+    top = int(position.max()) if len(position) else 0
+    hexes = pa.array([f"{p:08x}" for p in range(1, top + 1)], pa.string())
+    ids = pc.binary_join_element_wise(prefixes.take(which), hexes.take(pa.array(position - 1)),
+                                      "")
+    return {
+        "msg_id": ids,
+        "position": pa.array(position, pa.int64()),
+        "tag": pa.array(txn.tag, pa.binary()).take(which),
+        "source_database_name": pa.array(txn.database, pa.string()).take(which),
+        "transaction_id": pc.cast(txn.xid, pa.string()).take(which),
+        "commit_scn": pa.array(txn.end_lsn, pa.int64()).take(which),
+        "commit_time": commit_times(txn.commit_text).take(which),
+    }
+
+
+def change_columns(action: Any, owner: Any, name: Any,
+                   key_columns: Callable[[str, str], list[str]]) -> dict[str, Any]:
+    """Kind, command, object and key columns of each change (per distinct value).
+
+    Args:
+        action, owner, name: each change's wal2json action, schema and table (Arrow
+            string arrays).
+        key_columns: ``(schema, table) -> canonical key column names``.
+    """
+    import numpy as np
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    n = len(action)
+    action = pc.dictionary_encode(action)
+    owner = pc.dictionary_encode(owner)
+    name = pc.dictionary_encode(name)
+    if isinstance(action, pa.ChunkedArray):
+        action, owner, name = (c.combine_chunks() for c in (action, owner, name))
+    acts = action.dictionary.to_pylist()
+    truncate = pc.equal(action.indices, pa.scalar(acts.index("T"), action.indices.type)
+                        ) if "T" in acts else None
+
+    def by_action(values: dict[str, Any]) -> pa.Array:
+        return pa.array([values.get(a) for a in acts], pa.string()).take(action.indices)
+
+    n_names = len(name.dictionary)
+    pair = (owner.indices.to_numpy().astype(np.int64) * n_names
+            + name.indices.to_numpy().astype(np.int64))
+    pairs, pair_code = np.unique(pair, return_inverse=True)
+    rows = {int(p) for p in np.unique(pair[~truncate.to_numpy(zero_copy_only=False)])} \
+        if truncate is not None else set(pairs.tolist())
+    owners, names = owner.dictionary.to_pylist(), name.dictionary.to_pylist()
+    keys = pa.array([key_columns(owners[p // n_names], names[p % n_names])
+                     if p in rows else None for p in pairs.tolist()],
+                    pa.list_(pa.string())).take(pa.array(pair_code.ravel()))
+    out: dict[str, Any] = {
+        "kind": by_action({"T": "DDL", **{a: "ROW" for a in COMMANDS}}),
+        "command_type": by_action({"T": "TRUNCATE TABLE", **COMMANDS}),
+        "object_owner": pa.array([canonical(x) for x in owners],
+                                 pa.string()).take(owner.indices),
+        "object_name": pa.array([canonical(x) for x in names],
+                                pa.string()).take(name.indices),
+        "object_type": by_action({"T": "TABLE"}),
+        "key_columns": keys,
+        "ddl_text": None,
+    }
+    if truncate is not None:
+        out["key_columns"] = pc.if_else(truncate, pa.nulls(n, keys.type), keys)
+        raw_owner = pa.array(owners, pa.string()).take(owner.indices)
+        raw_name = pa.array(names, pa.string()).take(name.indices)
+        text = pc.binary_join_element_wise('TRUNCATE TABLE "', raw_owner, '"."', raw_name,
+                                           '"', "")
+        out["ddl_text"] = pc.if_else(truncate, text, pa.scalar(None, pa.string()))
+    return out
+
+
+def assemble(n: int, cols: dict[str, Any], maps: dict[str, pa.Array]) -> pa.Table:
+    """The LCR table from its computed columns (the others constant or null)."""
+    import pyarrow as pa
+
+    schema = lcr.arrow_schema()
+    arrays = []
+    for f in schema:
+        if f.name == "schema_version":
+            arrays.append(pa.array([lcr.SCHEMA_VERSION] * n, f.type))
+        elif f.name == "origin":
+            arrays.append(pa.array(["CAPTURED"] * n, f.type))
+        elif f.name in maps:
+            arrays.append(maps[f.name])
+        elif cols.get(f.name) is not None:
+            col = cols[f.name]
+            if isinstance(col, pa.ChunkedArray):
+                col = col.combine_chunks()
+            arrays.append(col.cast(f.type) if isinstance(col, pa.Array)
+                          else pa.array(col, f.type))
+        else:
+            arrays.append(pa.nulls(n, f.type))
+    return pa.Table.from_arrays(arrays, schema=schema)
 
 
 def _items(struct_type: pa.StructType, entries: list[Column], owners: np.ndarray,
@@ -229,7 +286,7 @@ def _items(struct_type: pa.StructType, entries: list[Column], owners: np.ndarray
     values = list(map(_VALUE, entries))
     children = [types]
     for f in list(struct_type)[1:]:
-        ltype = _FIELD_OF[f.name]
+        ltype = FIELD_OF[f.name]
         groups = [i for i, t in enumerate(ltypes) if t == ltype]
         if not groups:
             children.append(pa.nulls(len(entries), f.type))

@@ -31,6 +31,7 @@ import contextlib
 import logging
 import threading
 
+from changeflow.capture import pg_arrow
 from changeflow.capture.pg_decode import Peek
 from changeflow.capture.pg_source import _PEEK_SQL
 from changeflow.capture.pg_stream import CopyReader, StreamError
@@ -115,7 +116,11 @@ class SlotPrefetch(CopyReader):
                     return
                 self._stop.wait(self.poll)
                 continue
-            self._put(Peek(row[0] or "", [int(x) for x in row[1] or []], int(row[2])))
+            text = row[0] or ""
+            # Arrow reads the documents here, without the GIL, while the capture works
+            # on the previous batch (None: the capture decodes them itself).
+            self._put(Peek(text, [int(x) for x in row[1] or []], int(row[2]),
+                           docs=pg_arrow.parse(text)))
 
 
 def open_prefetch(url: str, slot: str, options: list[str], *, batch_rows: int,

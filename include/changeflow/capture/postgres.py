@@ -31,7 +31,7 @@ from typing import TYPE_CHECKING, Any
 from sqlalchemy import select
 
 from changeflow import faults
-from changeflow.capture import pg_decode, pg_lcr
+from changeflow.capture import pg_arrow, pg_decode, pg_lcr
 from changeflow.capture.pg_prefetch import SlotPrefetch, open_prefetch
 from changeflow.capture.pg_source import SlotReader
 from changeflow.capture.pg_stream import SlotStream, StreamError, open_stream
@@ -228,6 +228,30 @@ def _capture_rows(
 ) -> int:
     src = pg_source(spec)
     done = recorded_position(rt, spec) or 0
+    fast = pg_arrow.build(rows, rows.docs if rows.docs is not None else
+                          pg_arrow.parse(rows.text), pg_arrow.Source(
+                              src.database, reader.key_columns, reader.tag,
+                              reader.origin_source, src.include_tagged_lcr), done)
+    if fast is not None:
+        table, last = fast.table, fast.last
+        result.transactions += fast.transactions
+        result.tagged_skipped += fast.tagged_skipped
+    else:
+        table, last = _decoded(reader, src, result, rows, done)
+    if last > done:
+        assert table is not None
+        table = _filter(spark, table, rule_filter)
+        result.messages += _enqueue(rt, queue, spec, table, last, check, lease)
+        result.batches += 1
+        result.last_lsn = pg_decode.int_to_lsn(last)
+    reader.advance(last)
+    return rows.rows
+
+
+def _decoded(reader: SlotReader, src: PostgresSource, result: PgCaptureResult,
+             rows: pg_decode.Peek, done: int) -> tuple[pa.Table | None, int]:
+    """``(LCRs, end LSN of the last transaction)`` through Python objects: the path
+    for what :mod:`.pg_arrow` leaves (and the one that raises decoding errors)."""
     builder = pg_lcr.LcrBuilder(src.database, reader.key_columns)
     last = done
     for txn in pg_decode.transactions(rows):
@@ -240,13 +264,7 @@ def _capture_rows(
             continue
         builder.add(txn, tag, reader.origin_source(txn.origin) if tag is not None else None)
         result.transactions += 1
-    if last > done:
-        table = _filter(spark, builder.to_arrow(), rule_filter)
-        result.messages += _enqueue(rt, queue, spec, table, last, check, lease)
-        result.batches += 1
-        result.last_lsn = pg_decode.int_to_lsn(last)
-    reader.advance(last)
-    return rows.rows
+    return (builder.to_arrow() if last > done else None), last
 
 
 def _stream(reader: SlotReader, url: str, name: str, follow: bool) -> SlotStream | None:

@@ -11,7 +11,7 @@ import pyarrow as pa
 import pytest
 
 from changeflow import lcr
-from changeflow.capture import pg_decode
+from changeflow.capture import pg_arrow, pg_decode
 from changeflow.capture.pg_lcr import LcrBuilder
 from changeflow.queues.arrow_io import conform_arrow
 
@@ -39,11 +39,26 @@ def peek(*txns: list[dict[str, Any]], raw: list[str] | None = None) -> pg_decode
     return pg_decode.Peek(",".join(docs), lsns, len(docs))
 
 
-def build(p: pg_decode.Peek, keys: dict[tuple[str, str], list[str]] | None = None) -> pa.Table:
-    b = LcrBuilder("pg1.example.com", lambda s, t: (keys or {}).get((s, t), ["ID"]))
+def build(p: pg_decode.Peek, keys: dict[tuple[str, str], list[str]] | None = None,
+          *, arrow: bool | None = True) -> pa.Table:
+    """The LCRs through Python objects; also through Arrow (pg_arrow), which must give
+    the same table (``arrow=True``) or leave the peek to the object path (``False``)."""
+    def key_columns(s: str, t: str) -> list[str]:
+        return (keys or {}).get((s, t), ["ID"])
+
+    fast = pg_arrow.build(p, pg_arrow.parse(p.text), pg_arrow.Source(
+        "pg1.example.com", key_columns, lambda o: None, lambda o: None, False), 0)
+    if arrow is not None:
+        assert (fast is not None) == arrow
+    b = LcrBuilder("pg1.example.com", key_columns)
     for txn in pg_decode.transactions(p):
         b.add(txn, None)
-    return b.to_arrow()
+    table = b.to_arrow()
+    if fast is not None:
+        assert fast.table.schema == table.schema
+        assert fast.table.to_pylist() == table.to_pylist()
+        assert fast.table.equals(table)
+    return table
 
 
 def values(table: pa.Table, column: str) -> list[dict[str, Any] | None]:
@@ -130,12 +145,14 @@ def test_bad_values_are_refused_naming_table_and_column(column: dict[str, Any],
                        .replace(")", r"\)")):
         build(peek([{"action": "I", "schema": "public", "table": "t",
                      "columns": [good[0], column]},
-                    {"action": "I", "schema": "public", "table": "t", "columns": good}]))
+                    {"action": "I", "schema": "public", "table": "t", "columns": good}]),
+              arrow=False)
 
 
 def test_native_values_of_another_json_type_are_converted() -> None:
     t = build(peek([{"action": "I", "schema": "public", "table": "t",
-                     "columns": [col("i", 23, True), col("s", 25, 5), col("b", 16, 1)]}]))
+                     "columns": [col("i", 23, True), col("s", 25, 5), col("b", 16, 1)]}]),
+              arrow=False)
     assert values(t, "new_values") == [{"I": 1, "S": "5", "B": True}]
 
 
@@ -176,3 +193,59 @@ def test_commit_times_in_any_offset_are_utc_and_stay_with_their_transaction(
             for i, ts in enumerate(stamps) for _ in range(i + 1)]
     assert t.column("commit_time").to_pylist() == want
     assert t.column("commit_time").type == pa.timestamp("us", tz="UTC")
+
+
+def arrow_build(p: pg_decode.Peek, done: int, include_tagged: bool) -> pg_arrow.Batch | None:
+    return pg_arrow.build(p, pg_arrow.parse(p.text), pg_arrow.Source(
+        "pg1.example.com", lambda s, t: ["ID"], lambda o: b"\x07" if o == 9 else None,
+        lambda o: "SRC.EXAMPLE.COM" if o == 9 else None, include_tagged), done)
+
+
+@pytest.mark.parametrize("include_tagged", [False, True])
+def test_arrow_path_leaves_out_done_and_tagged_transactions(include_tagged: bool) -> None:
+    docs, lsns = [], []
+    for i, origin in enumerate([0, 9, 0, 9]):
+        docs += [dumps({"action": "B", "xid": 700 + i, "timestamp": TS, "origin": origin}),
+                 *[dumps({"action": "I", "schema": "public", "table": "t",
+                          "columns": [col("id", 23, 10 * i + k)]}) for k in range(2)],
+                 dumps({"action": "C", "xid": 700 + i, "timestamp": TS})]
+        lsns.append(0x1000 * (i + 1))
+    got = arrow_build(pg_decode.Peek(",".join(docs), lsns, len(docs)), 0x1000, include_tagged)
+    assert got is not None and got.last == 0x4000
+    rows = got.table.select(["transaction_id", "tag", "source_database_name", "position",
+                             "msg_id"]).to_pylist()
+    if include_tagged:
+        assert (got.transactions, got.tagged_skipped) == (3, 0)
+        assert [(r["transaction_id"], r["tag"], r["source_database_name"]) for r in rows] == [
+            ("701", b"\x07", "SRC.EXAMPLE.COM")] * 2 + [("702", None, "PG1.EXAMPLE.COM")] * 2 \
+            + [("703", b"\x07", "SRC.EXAMPLE.COM")] * 2
+    else:
+        assert (got.transactions, got.tagged_skipped) == (1, 2)
+        assert [(r["transaction_id"], r["tag"]) for r in rows] == [("702", None)] * 2
+    assert [r["position"] for r in rows][:2] == [1, 2]
+    everything = build(pg_decode.Peek(",".join(docs), lsns, len(docs)))
+    assert set(r["msg_id"] for r in rows) <= set(everything.column("msg_id").to_pylist())
+    nothing = arrow_build(pg_decode.Peek(",".join(docs), lsns, len(docs)), 0x4000, False)
+    assert nothing is not None and nothing.table.num_rows == 0 and nothing.last == 0x4000
+
+
+@pytest.mark.parametrize("text", [
+    # a logical message, a transaction without its commit, a change outside a transaction
+    '{"action":"B","xid":1,"timestamp":"' + TS + '"},{"action":"M","transactional":true,'
+    '"prefix":"p","content":"c"},{"action":"C","xid":1,"timestamp":"' + TS + '"}',
+    '{"action":"B","xid":1,"timestamp":"' + TS + '"},{"action":"I","schema":"s","table":"t",'
+    '"columns":[]}',
+    '{"action":"I","schema":"s","table":"t","columns":[]}',
+])
+def test_arrow_path_leaves_what_it_cannot_prove_to_the_object_path(text: str) -> None:
+    p = pg_decode.Peek(text, [0x1000], text.count('{"action"'))
+    assert arrow_build(p, 0, False) is None
+
+
+def test_arrow_path_reads_keys_and_separators_inside_strings_as_text() -> None:
+    tricky = 'x},{"action":"I", "value":"y","typeoid":700,"value":1 \\ \n'
+    t = build(peek([{"action": "I", "schema": "public", "table": "t",
+                     "columns": [col("id", 23, 1), col("s", 25, tricky), col("f", 701, 0.1),
+                                 col("n", 1700, decimal.Decimal("-0.5")), col("b", 16, False)]}]))
+    assert values(t, "new_values") == [{"ID": 1, "S": tricky, "F": 0.1,
+                                        "N": decimal.Decimal("-0.5"), "B": False}]
