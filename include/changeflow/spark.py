@@ -37,6 +37,7 @@ def get_session(app_name: str = "changeflow", *, master: str | None = None,
     from pyspark.sql import SparkSession
 
     builder = SparkSession.builder.appName(app_name)
+    memory = os.environ.get("CHANGEFLOW_DRIVER_MEMORY", "4g")
     if master or not os.environ.get("SPARK_ENV_LOADED") and "spark.master" not in _conf():
         builder = builder.master(master or os.environ.get("CHANGEFLOW_SPARK_MASTER", "local[2]"))
     builder = (
@@ -47,7 +48,7 @@ def get_session(app_name: str = "changeflow", *, master: str | None = None,
         .config("spark.ui.enabled", "false")
         .config("spark.sql.sources.partitionOverwriteMode", "dynamic")
         .config("spark.sql.parquet.outputTimestampType", "TIMESTAMP_MICROS")
-        .config("spark.driver.memory", os.environ.get("CHANGEFLOW_DRIVER_MEMORY", "4g"))
+        .config("spark.driver.memory", memory)
         # Row migration overlays old values with new ones with a plain map_concat, which
         # stays in generated code (see rules.migration.merged_values).
         .config("spark.sql.mapKeyDedupPolicy", "LAST_WIN")
@@ -61,13 +62,17 @@ def get_session(app_name: str = "changeflow", *, master: str | None = None,
     # Quiet applies only to a JVM this call starts: a session that already runs (the
     # one a test run shares, or a job's) keeps its settings and its log level.
     quiet = quiet and not _jvm_started()
+    # The heap starts at its full size: grown from the JVM's default (1/64 of the
+    # machine's memory) it is collected far more often while a job warms up (a Debezium
+    # capture's first run: 45 collections, 1.56 s, against 15 and 0.57 s).
+    options = f"{JIT_OPTIONS} -Xms{memory}"
     if quiet:
         builder = builder.config("spark.ui.showConsoleProgress", "false")
         if not java_options:
-            java_options = f"{JIT_OPTIONS} -Dlog4j2.configurationFile={QUIET_LOG4J.as_uri()}"
+            java_options = f"{options} -Dlog4j2.configurationFile={QUIET_LOG4J.as_uri()}"
             builder = builder.config("spark.driver.extraJavaOptions", java_options)
     elif not java_options:
-        builder = builder.config("spark.driver.extraJavaOptions", JIT_OPTIONS)
+        builder = builder.config("spark.driver.extraJavaOptions", options)
     if not quiet:
         return builder.getOrCreate()
     with _filtered_stderr():
