@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING, Any
 
 from changeflow import faults
 from changeflow import lcr as contract
-from changeflow.apply import errorq, pg_bulk, pg_resolve
+from changeflow.apply import errorq, pg_bulk, pg_columnar, pg_resolve
 from changeflow.apply.config import ConflictHandlerSpec
 from changeflow.apply.ddl import DdlError
 from changeflow.apply.errorq import FailedTxn
@@ -187,10 +187,14 @@ class PgApplier:
         import psycopg
 
         try:
-            tables = pg_bulk.net(self.builder, group)
+            columnar = pg_columnar.net(self.builder, group)
+            tables = pg_bulk.net(self.builder, group) if columnar is None else {}
             with self.conn.transaction():
                 self._begin(group[-1])
-                bulk.apply(tables, group, self.spec.name)
+                if columnar is not None:
+                    pg_columnar.apply(bulk, columnar, group, self.spec.name)
+                else:
+                    bulk.apply(tables, group, self.spec.name)
                 if self.lease is not None:
                     self.lease.check()
                 faults.point("apply.before_commit")

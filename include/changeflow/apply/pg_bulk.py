@@ -185,10 +185,23 @@ class BulkApplier:
         infos = {k: self._eligible(t) for k, t in tables.items()}
         for k, t in tables.items():
             self._table(t, infos[k])
+        self.record(txns, apply_name)
+
+    def record(self, txns: list[SourceTxn], apply_name: str) -> None:
+        """The group's done records, in one statement (inside the caller's transaction)."""
         self.conn.execute(TXNS_SQL, [apply_name, *_arrays(
             [(t.database, t.commit_scn, t.transaction_id, t.commit_time) for t in txns])])
 
     # -- tables --------------------------------------------------------------------------
+    def eligible(self, t: Any) -> _TableInfo:
+        """The table's facts, if the set-based statements may run on it.
+
+        Raises:
+            NotBulk: missing, with triggers, rules or foreign keys, or keyed otherwise
+                than by one of its unique indexes.
+        """
+        return self._eligible(t)
+
     def _eligible(self, t: _Table) -> _TableInfo:
         info = self._lookup(t.owner, t.name)
         if info is None:
@@ -279,6 +292,16 @@ class BulkApplier:
 
     def _run(self, t: _Table, info: _TableInfo, op: str, cols: tuple[str, ...],
              checked: tuple[str, ...], rows: list[tuple[Any, ...]]) -> None:
+        self.run_columns(t, info, op, cols, checked, _arrays(rows), len(rows))
+
+    def run_columns(self, t: Any, info: _TableInfo, op: str, cols: tuple[str, ...],
+                    checked: tuple[str, ...], params: list[Any], n_rows: int) -> None:
+        """One set-based statement of ``n_rows`` rows, given as one array per column
+        (:func:`pack`): ``cols`` then, but for an INSERT, the key and ``checked``.
+
+        Raises:
+            NotBulk: the statement touched another number of rows (a conflict).
+        """
         from psycopg import sql
 
         ident = info.ident
@@ -297,9 +320,9 @@ class BulkApplier:
                     for i, c in enumerate(cols)), src, match)
         else:
             text = sql.SQL("DELETE FROM {} AS t USING {} WHERE {}").format(ident, src, match)
-        cur = self.conn.execute(text, _arrays(rows))
-        if cur.rowcount != len(rows):
-            raise NotBulk(f"{op} of {t.owner}.{t.name}: {cur.rowcount} of {len(rows)} rows "
+        cur = self.conn.execute(text, params)
+        if cur.rowcount != n_rows:
+            raise NotBulk(f"{op} of {t.owner}.{t.name}: {cur.rowcount} of {n_rows} rows "
                           "matched (a conflict)")
 
     def _check_absent(self, t: _Table, info: _TableInfo, keys: list[tuple[Any, ...]]
@@ -324,14 +347,15 @@ def _arrays(rows: list[tuple[Any, ...]]) -> list[Any]:
     >>> _arrays([(1, None, "a"), (2, None, "b")])
     [Int8Array(2 values), None, ['a', 'b']]
     """
-    out: list[Any] = []
-    for column in zip(*rows, strict=True):
-        if all(v is None for v in column):
-            out.append(None)
-            continue
-        packed = Int8Array.pack(column)
-        out.append(packed if packed is not None else list(column))
-    return out
+    return [pack(column) for column in zip(*rows, strict=True)]
+
+
+def pack(column: tuple[Any, ...] | list[Any]) -> Any:
+    """One column of a set-based statement as its array parameter (see :func:`_arrays`)."""
+    if all(v is None for v in column):
+        return None
+    packed = Int8Array.pack(tuple(column))
+    return packed if packed is not None else list(column)
 
 
 class Int8Array(bytes):

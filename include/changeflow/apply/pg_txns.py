@@ -9,7 +9,7 @@ and the error queue) are made only when asked for.
 from __future__ import annotations
 
 import datetime as dt
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from functools import cached_property
 from typing import TYPE_CHECKING, Any
@@ -48,7 +48,7 @@ class SourceTxn:
     given: list[dict[str, Any]] = field(default_factory=list)
     rows: list[int] = field(default_factory=list)
     source: pa.Table | None = field(default=None, repr=False)
-    columns: dict[str, list[Any]] | None = field(default=None, repr=False)
+    columns: Mapping[str, list[Any]] | None = field(default=None, repr=False)
 
     @property
     def id(self) -> TxnId:
@@ -256,10 +256,7 @@ def source_transactions(table: pa.Table) -> tuple[list[SourceTxn], list[dict[str
     n_rows = next((i for i, k in enumerate(kinds) if k == "USER"), len(kinds))
     users = table.slice(n_rows).to_pylist()
     table = table.slice(0, n_rows)
-    names = [c for c in _FIELDS if c in table.column_names]
-    columns = {c: table.column(c).to_pylist() if c in _UNIQUE else repeated(table.column(c))
-               for c in names}
-    columns.update((m, value_maps(table.column(m))) for m in _MAPS)
+    columns = Columns(table, [c for c in _FIELDS if c in table.column_names] + list(_MAPS))
     out: list[SourceTxn] = []
     seen: set[str] = set()
     unique = len(set(columns["msg_id"])) == n_rows
@@ -276,3 +273,29 @@ def source_transactions(table: pa.Table) -> tuple[list[SourceTxn], list[dict[str
             last = key
         out[-1].rows.append(i)
     return out, users
+
+
+class Columns(Mapping[str, list[Any]]):
+    """A table's columns as Python lists, each converted on first use (value maps as
+    ``{COLUMN: value}`` dicts): the column-wise netting (:mod:`.pg_columnar`) reads
+    the table itself, and needs none of the value maps."""
+
+    def __init__(self, table: pa.Table, names: list[str]):
+        self._table, self._names = table, names
+        self._lists: dict[str, list[Any]] = {}
+
+    def __getitem__(self, name: str) -> list[Any]:
+        got = self._lists.get(name)
+        if got is None:
+            if name not in self._names:
+                raise KeyError(name)
+            col = self._table.column(name)
+            got = self._lists[name] = (value_maps(col) if name in _MAPS else col.to_pylist()
+                                       if name in _UNIQUE else repeated(col))
+        return got
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._names)
+
+    def __len__(self) -> int:
+        return len(self._names)

@@ -75,3 +75,25 @@ def test_value_maps_of_sliced_chunks() -> None:
     assert value_maps(column) == want[5:]
     assert value_maps(whole.slice(101, 50)) == want[101:151]
     assert value_maps(pa.chunked_array([], t)) == []
+
+
+def test_transactions_split_where_any_part_of_their_key_changes() -> None:
+    rows = _rows(6)
+    # same commit position, another transaction id; then another database; then no id
+    rows[3]["transaction_id"], rows[4]["transaction_id"] = "y1", "y1"
+    rows[5]["source_database_name"] = "DB2"
+    for r in rows[6:9]:
+        r["transaction_id"] = None
+    for r in rows[9:12]:
+        r["commit_scn"], r["transaction_id"] = 3, None
+    txns, _ = source_transactions(pa.Table.from_pylist(rows, schema=lcr.arrow_schema()))
+    got = [(t.database, t.commit_scn, t.transaction_id, t.rows) for t in txns]
+    assert got == [("DB1", 1, "x1", [0, 1, 2]), ("DB1", 2, "y1", [3, 4]),
+                   ("DB2", 2, "x2", [5]), ("DB1", 3, None, [6, 7, 8, 9, 10, 11]),
+                   ("DB1", 5, "x5", [12, 13, 14]), ("DB1", 6, "x6", [15, 16, 17])]
+    # a re-delivered message (same id twice) takes the row-by-row path: same groups
+    twice, _ = source_transactions(pa.Table.from_pylist(rows + rows[:1],
+                                                        schema=lcr.arrow_schema()))
+    assert [(t.database, t.commit_scn, t.transaction_id, len(t.rows)) for t in twice] == [
+        (d, s, x, len(r)) for d, s, x, r in got]
+    assert _flat(twice) == _flat(txns)
