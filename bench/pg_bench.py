@@ -7,7 +7,9 @@ Steps, on a throwaway cluster (:class:`changeflow.testing.pg_cluster.PgCluster`)
    generates its data and runs for ``seconds`` with 4 clients while nothing reads the
    slots: a backlog.
 2. **Decoding limit** (the baseline): ``pg_recvlogical`` reads the same backlog from
-   the second slot, with the capture's wal2json options, to ``/dev/null``.
+   the second slot, with the capture's wal2json options, to ``/dev/null``; its rate is
+   the backlog's changes (counted on a copy of that slot, outside the timing) over its
+   time, and the run must have confirmed the slot up to the backlog's end.
 3. **Capture throughput**: the capture job's real path (``runner.run_component``:
    its rule sets from the pipeline's rules file, quality checks on: the ``lcr_batch``
    GX suite on every batch) drains the slot into a queue. Ratio to the decoding
@@ -106,16 +108,35 @@ WAL2JSON_OPTIONS = ["format-version=2", "include-xids=1", "include-timestamp=1",
 
 
 def _decoding_limit(pg: PgCluster) -> tuple[float, int]:
-    """Seconds for pg_recvlogical to read the baseline slot's backlog to /dev/null."""
+    """``(seconds, changes)``: pg_recvlogical reading the baseline slot's backlog to
+    /dev/null, and how many changes that backlog holds.
+
+    The changes (wal2json documents other than begins and commits) are counted before
+    the timed run, on a temporary copy of the slot with the same options, outside the
+    timing. After the run the slot must have been confirmed up to the end position:
+    pg_recvlogical stopped at the end of the backlog, not before.
+    """
     import subprocess
 
     end = pg.sql("bsrc", "SELECT pg_current_wal_lsn()").strip()
+    options = ", ".join(f"'{k}', '{v}'" for k, v in (o.split("=") for o in WAL2JSON_OPTIONS))
+    changes = int(pg.sql("bsrc", f"""
+        SELECT pg_copy_logical_replication_slot('{RECV_SLOT}', 'bench_count', true);
+        SELECT count(*) FROM pg_logical_slot_get_changes('bench_count', '{end}', NULL,
+                                                         {options})
+         WHERE left(data, 13) NOT IN ('{{"action":"B"', '{{"action":"C"');
+    """).split()[-1])
     argv = pg.argv("pg_recvlogical", "-d", "bsrc", "-S", RECV_SLOT, "--start", "-f",
                    "/dev/null", "-E", end, "--no-loop",
                    *[x for o in WAL2JSON_OPTIONS for x in ("-o", o)])
     started = time.perf_counter()
     subprocess.run(argv, check=True, capture_output=True, timeout=3600)
-    return time.perf_counter() - started, 0
+    seconds = time.perf_counter() - started
+    reached = pg.sql("bsrc", f"SELECT confirmed_flush_lsn >= '{end}' FROM pg_replication_slots "
+                             f"WHERE slot_name = '{RECV_SLOT}'").strip()
+    if reached != "t":
+        raise RuntimeError(f"pg_recvlogical stopped before the end of the backlog ({end})")
+    return seconds, changes
 
 
 def _prepare(pg: PgCluster, cfg: PipelineConfig, scale: int, seconds: int) -> None:
@@ -203,7 +224,7 @@ def run(spark: Any, scale: str = "small") -> list[dict[str, Any]]:
     try:
         cfg = _pipeline(root, pg)
         _prepare(pg, cfg, params["scale"], params["seconds"])
-        limit_seconds, _ = _decoding_limit(pg)
+        limit_seconds, limit_changes = _decoding_limit(pg)
         gx_setup = _gx_setup()
         # the same backlog for the streamed capture: a copy of the slot, another queue
         pg.sql("bsrc", f"SELECT pg_copy_logical_replication_slot('bench_slot', '{STREAM_SLOT}')")
@@ -218,13 +239,14 @@ def run(spark: Any, scale: str = "small") -> list[dict[str, Any]]:
     lag = {"p50_s": round(statistics.median(lags), 3) if lags else None,
            "max_s": round(max(lags), 3) if lags else None, "samples": len(lags),
            "pgbench_rate_tps": 300}
-    limit = cap.messages / limit_seconds if limit_seconds else 0.0
+    limit = limit_changes / limit_seconds if limit_seconds else 0.0
     return [
         _entry("pg_capture_throughput", cap.rate, "changes_per_s", limit, ">= 0.5",
                changes=cap.messages, seconds=round(cap.seconds, 2), rules="4 table rules",
                quality="on (lcr_batch suite, every batch)", batches=cap.batches,
                gx_setup_seconds=round(gx_setup, 2), decoding_limit_per_s=round(limit),
                decoding_limit_seconds=round(limit_seconds, 2),
+               decoding_limit_changes=limit_changes,
                debezium_published_per_s=DEBEZIUM_CAPTURE, **common),
         _entry("pg_capture_streamed_throughput", streamed.rate, "changes_per_s", limit, None,
                changes=streamed.messages, seconds=round(streamed.seconds, 2),
