@@ -48,7 +48,7 @@ class NetTable:
 
 def net(builder: StatementBuilder, txns: list[SourceTxn]) -> list[NetTable] | None:
     """The group's net changes per table (in order of first change), or None."""
-    import pyarrow as pa
+    import numpy as np
     import pyarrow.compute as pc
 
     if not builder.detect or not txns:
@@ -59,80 +59,85 @@ def net(builder: StatementBuilder, txns: list[SourceTxn]) -> list[NetTable] | No
             stop - start != sum(len(t.rows) for t in txns):
         return None  # not one contiguous run of the round's table (re-delivered rows)
     rows = source.slice(start, stop - start)
-    if not pc.all(pc.equal(rows.column("kind"), "ROW")).as_py() or \
-            not pc.all(pc.is_in(rows.column("command_type"),
-                                pa.array(["INSERT", "UPDATE", "DELETE"]))).as_py():
+    if not pc.all(pc.equal(rows.column("kind"), "ROW")).as_py():
         return None
-    owner = pc.dictionary_encode(rows.column("object_owner")).combine_chunks()
-    name = pc.dictionary_encode(rows.column("object_name")).combine_chunks()
-    if owner.null_count or name.null_count:
+    cmd = _array(rows, "command_type").to_numpy(zero_copy_only=False)
+    if not np.isin(cmd, ["INSERT", "UPDATE", "DELETE"]).all():
         return None
-    import numpy as np
-
+    owner = pc.dictionary_encode(_array(rows, "object_owner"))
+    name = pc.dictionary_encode(_array(rows, "object_name"))
+    keys = pc.dictionary_encode(pc.binary_join(_array(rows, "key_columns"), "\x1f"))
+    if owner.null_count or name.null_count or keys.null_count:
+        return None
     pair = (owner.indices.to_numpy().astype(np.int64) * len(name.dictionary)
             + name.indices.to_numpy().astype(np.int64))
     _, first_at, code = np.unique(pair, return_index=True, return_inverse=True)
+    code = code.ravel()
+    key_code = keys.indices.to_numpy()
+    new = _Maps(_array(rows, "new_values"))
+    old = _Maps(_array(rows, "old_values"))
     out = []
     for group in np.argsort(first_at, kind="stable").tolist():
         at = np.flatnonzero(code == group)
-        o, n = owner.dictionary[owner.indices[int(at[0])].as_py()].as_py(), \
-            name.dictionary[name.indices[int(at[0])].as_py()].as_py()
-        if f"{o}.{n}".upper() in builder.import_tables:
+        o = owner.dictionary[owner.indices[int(at[0])].as_py()].as_py()
+        n = name.dictionary[name.indices[int(at[0])].as_py()].as_py()
+        if f"{o}.{n}".upper() in builder.import_tables or \
+                len(np.unique(key_code[at])) != 1:
             return None
-        got = _table(o, n, rows.select(["key_columns", "command_type", "new_values",
-                                        "old_values"]).take(pa.array(at)))
+        key_list = _array(rows, "key_columns")[int(at[0])].as_py()
+        got = _table(NetTable(o, n, tuple(key_list)), cmd[at], new.image(at), old.image(at))
         if got is None:
             return None
         out.append(got)
     return out
 
 
-def _table(owner: str, name: str, rows: pa.Table) -> NetTable | None:
+def _array(table: pa.Table, name: str) -> Any:
+    column = table.column(name)
+    return column.chunk(0) if column.num_chunks == 1 else column.combine_chunks()
+
+
+def _table(out: NetTable, cmd: np.ndarray, new: _Image | None, old: _Image | None
+           ) -> NetTable | None:
+    """One table's net changes from its rows' commands and images (None: declined)."""
     import numpy as np
     import pyarrow as pa
     import pyarrow.compute as pc
 
-    keys_col = rows.column("key_columns").combine_chunks()
-    if keys_col.null_count or len(pc.unique(pc.binary_join(keys_col, "\x1f"))) != 1:
+    keys = out.keys
+    if not keys or new is None or old is None:
         return None
-    keys = tuple(keys_col[0].as_py())
-    if not keys:
-        return None
-    cmd = rows.column("command_type").combine_chunks().to_numpy(zero_copy_only=False)
     ins, upd, dele = cmd == "INSERT", cmd == "UPDATE", cmd == "DELETE"
-    new = _Image.of(rows.column("new_values").combine_chunks(), ins | upd)
-    old = _Image.of(rows.column("old_values").combine_chunks(), upd | dele)
-    if new is None or old is None:
-        return None
-    if old.names and not set(old.names) <= set(keys):
+    if not np.array_equal(new.rows, ins | upd) or not np.array_equal(old.rows, upd | dele):
+        return None  # an image missing, or one the netting would not read
+    if not set(old.names) <= set(keys):
         return None  # old values compared besides the key: the Python netting checks them
     if (ins.any() and not set(keys) <= set(new.names)) or \
             ((upd | dele).any() and not set(keys) <= set(old.names)):
         return None
+    all_rows = np.arange(len(cmd))
     # the key of every change: from the old image when it has one, else the new one
     key_values = []
     for k in keys:
-        from_new = new.column(k) if ins.any() else None
-        from_old = old.column(k) if (upd | dele).any() else None
+        from_new = new.column(k, all_rows) if ins.any() else None
+        from_old = old.column(k, all_rows) if (upd | dele).any() else None
         if from_new is not None and from_old is not None:
             if from_new.type != from_old.type:
                 return None
-            key_values.append(pc.if_else(pa.array(ins), from_new, from_old))
+            value = pc.if_else(pa.array(ins), from_new, from_old)
         else:
-            key_values.append(from_new if from_new is not None else from_old)
-        if key_values[-1] is None or key_values[-1].null_count:
-            return None
+            value = from_new if from_new is not None else from_old
+        if value is None or value.null_count or pa.types.is_floating(value.type):
+            return None  # (NaN and -0.0 group otherwise than Python's equality)
+        key_values.append(value)
         if upd.any() and k in new.names:  # an UPDATE must not change its key
-            same = pc.equal(new.column(k).filter(pa.array(upd)),
-                            old.column(k).filter(pa.array(upd)))
+            at = np.flatnonzero(upd)
+            same = pc.equal(new.column(k, at), old.column(k, at))
             if same.null_count or not pc.all(same).as_py():
                 return None
-    if any(pa.types.is_floating(v.type) for v in key_values):
-        return None  # NaN and -0.0 group otherwise than Python's equality
     last, order, count, first = _by_key(key_values)
     if np.any((count[order] > 1) & ~upd):
         return None  # a key inserted or deleted among other changes of it
-    out = NetTable(owner, name, keys)
     take = last[np.argsort(first, kind="stable")]  # each key's last change, by first change
     kinds = cmd[take]
     key_lists = [v.take(pa.array(take)).to_pylist() for v in key_values]
@@ -141,7 +146,7 @@ def _table(owner: str, name: str, rows: pa.Table) -> NetTable | None:
         if not len(at):
             continue
         by_key = [[kv[i] for i in at.tolist()] for kv in key_lists]
-        values = [new.column(c).take(pa.array(take[at])).to_pylist() for c in new.names] \
+        values = [new.column(c, take[at]).to_pylist() for c in new.names] \
             if kind != "DELETE" else []
         if kind == "DELETE":
             out.deletes = by_key
@@ -174,56 +179,74 @@ def _by_key(key_values: list[pa.Array]
     return last, order, count, first
 
 
-class _Image:
-    """The value maps of the rows that have one (new or old), as columns by name."""
+class _Maps:
+    """A group's value-map column, read without copying: entry names and logical types
+    dictionary-encoded once for the group."""
 
-    def __init__(self, names: tuple[str, ...], columns: dict[str, pa.Array]):
-        self.names, self._columns = names, columns
-
-    def column(self, name: str) -> pa.Array:
-        """The column's value for every row (null where the row has no image)."""
-        return self._columns[name]
-
-    @classmethod
-    def of(cls, maps: pa.MapArray, rows: np.ndarray) -> _Image | None:
-        """None unless every row of ``rows`` has an image listing the same columns in the
-        same order with one logical type each, and no other row has one."""
-        import numpy as np
-        import pyarrow as pa
+    def __init__(self, maps: pa.MapArray):
         import pyarrow.compute as pc
+
+        offsets = maps.offsets.to_numpy()
+        # the children of a slice are the whole array's: keep the slice's entries only
+        start, stop = int(offsets[0]), int(offsets[-1])
+        self.offsets = offsets - start
+        self.valid = maps.is_valid().to_numpy(zero_copy_only=False)
+        self.items = maps.items.slice(start, stop - start)
+        names = pc.dictionary_encode(maps.keys.slice(start, stop - start))
+        types = pc.dictionary_encode(self.items.field("type"))
+        self.names, self.name_code = names.dictionary.to_pylist(), names.indices.to_numpy()
+        self.types, self.type_code = types.dictionary.to_pylist(), \
+            pc.fill_null(types.indices, -1).to_numpy()
+
+    def image(self, at: np.ndarray) -> _Image | None:
+        """The images of rows ``at`` (None unless every one that has an image lists the
+        same columns in the same order, each of one logical type)."""
+        import numpy as np
 
         from changeflow import lcr
 
-        valid = maps.is_valid().to_numpy(zero_copy_only=False)
-        if not np.array_equal(valid, rows):
-            return None
+        rows = self.valid[at]
+        starts = self.offsets[at]
+        widths = self.offsets[at + 1] - starts
         if not rows.any():
-            return cls((), {})
-        offsets = maps.offsets.to_numpy()
-        lengths = np.diff(offsets)
-        width = int(lengths[rows][0])
-        if width == 0 or np.any(lengths[rows] != width) or np.any(lengths[~rows] != 0):
+            return _Image((), rows, starts, {}, self.items)
+        if np.any(widths[~rows] != 0):
             return None
-        base = offsets[:-1][rows]  # each image's first entry
-        keys = maps.keys
-        names = tuple(keys.slice(int(base[0]), width).to_pylist())
-        items = maps.items
-        types = items.field("type")
-        columns = {}
-        where = np.flatnonzero(rows)
-        for j, col in enumerate(names):
-            at = pa.array(base + j)
-            if not pc.all(pc.equal(keys.take(at), col)).as_py():
+        base = starts[rows]
+        width = int(widths[rows][0])
+        if width == 0 or np.any(widths[rows] != width):
+            return None
+        names, fields = [], {}
+        for j in range(width):
+            name_codes = self.name_code[base + j]
+            type_codes = self.type_code[base + j]
+            if np.any(name_codes != name_codes[0]) or np.any(type_codes != type_codes[0]) \
+                    or type_codes[0] < 0:
                 return None
-            kinds = pc.unique(types.take(at))
-            if len(kinds) != 1 or kinds[0].as_py() not in lcr.LOGICAL_TYPES:
+            ltype = lcr.LOGICAL_TYPES.get(self.types[type_codes[0]])
+            if ltype is None:
                 return None
-            values = items.field(lcr.LOGICAL_TYPES[kinds[0].as_py()].field).take(at)
-            # back to one value per row of the table (null for rows without an image)
-            spread = np.full(len(rows), -1, np.int64)
-            spread[where] = np.arange(len(where))
-            columns[col] = values.take(pa.array(spread, mask=spread < 0))
-        return cls(names, columns)
+            names.append(self.names[name_codes[0]])
+            fields[names[-1]] = (j, ltype.field)
+        return _Image(tuple(names), rows, starts, fields, self.items)
+
+
+class _Image:
+    """The images (new or old values) of one table's rows in a group, as columns."""
+
+    def __init__(self, names: tuple[str, ...], rows: np.ndarray, starts: np.ndarray,
+                 fields: dict[str, tuple[int, str]], items: pa.StructArray):
+        self.names, self.rows, self._starts = names, rows, starts
+        self._fields, self._items = fields, items
+
+    def column(self, name: str, at: np.ndarray) -> pa.Array:
+        """The column's values at rows ``at`` (null for a row without an image)."""
+        import numpy as np
+        import pyarrow as pa
+
+        j, f = self._fields[name]
+        index = np.where(self.rows[at], self._starts[at] + j, -1)
+        return self._items.field(f).take(pa.array(index, mask=index < 0))
 
 
 def apply(bulk: pg_bulk.BulkApplier, tables: list[NetTable], txns: list[SourceTxn],

@@ -249,6 +249,8 @@ def source_transactions(table: pa.Table) -> tuple[list[SourceTxn], list[dict[str
     Returns:
         The transactions (duplicated message ids dropped) and the user messages.
     """
+    import pyarrow.compute as pc
+
     if table.num_rows == 0:
         return [], []
     table = _sorted(table)
@@ -257,6 +259,8 @@ def source_transactions(table: pa.Table) -> tuple[list[SourceTxn], list[dict[str
     users = table.slice(n_rows).to_pylist()
     table = table.slice(0, n_rows)
     columns = Columns(table, [c for c in _FIELDS if c in table.column_names] + list(_MAPS))
+    if pc.count_distinct(table.column("msg_id"), mode="all").as_py() == n_rows:
+        return _unique_transactions(table, columns), users
     out: list[SourceTxn] = []
     seen: set[str] = set()
     unique = len(set(columns["msg_id"])) == n_rows
@@ -273,6 +277,35 @@ def source_transactions(table: pa.Table) -> tuple[list[SourceTxn], list[dict[str
             last = key
         out[-1].rows.append(i)
     return out, users
+
+
+_TXN_KEY = ("source_database_name", "commit_scn", "transaction_id")
+
+
+def _unique_transactions(table: pa.Table, columns: Columns) -> list[SourceTxn]:
+    """The transactions of sorted rows without repeated message ids: a transaction
+    starts where its key (database, commit position, transaction id) changes, as the
+    row-by-row grouping compares the key tuples (None equal only to None)."""
+    import numpy as np
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    n = table.num_rows
+    starts = np.zeros(n, dtype=bool)
+    starts[0] = True
+    for name in _TXN_KEY:
+        col = table.column(name).combine_chunks()
+        a, b = col.slice(0, n - 1), col.slice(1)
+        differ = pc.and_(pc.fill_null(pc.not_equal(a, b), True),
+                         pc.invert(pc.and_(pc.is_null(a), pc.is_null(b))))
+        starts[1:] |= differ.to_numpy(zero_copy_only=False)
+    at = np.flatnonzero(starts)
+    ends = np.append(at[1:], n).tolist()
+    taken = pa.array(at)
+    dbs, scns, ids, times = (table.column(c).take(taken).to_pylist()
+                             for c in (*_TXN_KEY, "commit_time"))
+    return [SourceTxn(d, s, x, t, rows=list(range(a, b)), source=table, columns=columns)
+            for d, s, x, t, a, b in zip(dbs, scns, ids, times, at.tolist(), ends, strict=True)]
 
 
 class Columns(Mapping[str, list[Any]]):
