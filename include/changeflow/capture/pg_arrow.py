@@ -93,9 +93,10 @@ def parse(text: str | bytes) -> pa.Table | None:
         for old, new in _RENAMES:
             data = data.replace(old.encode(), new.encode())
     try:
-        # One thread: the read-ahead thread already runs beside the capture.
+        # One thread (the read-ahead thread already runs beside the capture) and one
+        # block: the table comes in one chunk, which the build reads without copying.
         return pj.read_json(io.BytesIO(data), read_options=pj.ReadOptions(
-                                block_size=1 << 23, use_threads=False),
+                                block_size=max(len(data) + 1, 1 << 20), use_threads=False),
                             parse_options=pj.ParseOptions(
                                 explicit_schema=doc_schema(), newlines_in_values=False,
                                 unexpected_field_behavior="error"))
