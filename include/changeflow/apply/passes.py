@@ -24,6 +24,7 @@ from changeflow.apply.target import TargetCatalog, read_table, write_files
 from changeflow.config import ApplySpec, PipelineConfig
 from changeflow.errors import ConfigError, TargetError
 from changeflow.quality.target import TargetWrite
+from changeflow.quality.validator import warm_up
 from changeflow.queues import io as qio
 from changeflow.sites import SiteRuntime, consumer_name
 
@@ -87,6 +88,8 @@ class Pass:
         to_apply, parts = enq.split(self.cfg, df, self.dests)
         to_apply = self._persist(to_apply)
         changes = to_apply.where(F.col("kind").isin("ROW", "DDL"))
+        if self.cfg.quality.enabled:  # GX is imported beside the pass's Spark jobs
+            warm_up()
         with self.step("survey"):
             txns, n_users = survey.transactions(to_apply)
             with self.rt.store.read() as conn:

@@ -228,7 +228,7 @@ def capture_snapshot(
     if rule_filter is not None:
         lcrs = rule_filter(lcrs)  # type: ignore[operator]
     batch = qio.write_batch(spark, rt.catalog, queue, lcrs, producer=f"capture:{spec.name}",
-                            dedup_key=dedup)
+                            dedup_key=dedup, warm_quality=cfg.quality.enabled)
     report = quality.check_batch(spark, cfg, stage=f"capture:{spec.name}", batch=batch,
                                  queue=spec.queue)
     with rt.store.begin() as conn:

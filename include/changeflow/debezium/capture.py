@@ -187,10 +187,10 @@ def renumber(spark: SparkSession, df: DataFrame, high: int) -> DataFrame:
 
 
 def _write(spark: SparkSession, rt: SiteRuntime, queue: str, df: DataFrame, name: str,
-           dedup: str) -> Any:
+           dedup: str, warm: bool) -> Any:
     try:
         return qio.write_batch(spark, rt.catalog, queue, df, producer=f"capture:{name}",
-                               dedup_key=dedup)
+                               dedup_key=dedup, warm_quality=warm)
     except Exception as exc:  # noqa: BLE001  (a value error raised inside the Spark job)
         text = str(exc)
         if convert.ERROR_PREFIX in text:
@@ -206,7 +206,7 @@ _MISS: Any = object()
 
 def _one_pass(spark: SparkSession, rt: SiteRuntime, queue: str, spec: CaptureSpec,
               uris: list[str], high: int | None, result: DebeziumCaptureResult,
-              rule_filter: RuleFilter | None, dedup: str) -> Any:
+              rule_filter: RuleFilter | None, dedup: str, warm: bool) -> Any:
     """The files in one JSON pass, typed by their first events (:mod:`.onepass`).
 
     Returns the written (uncommitted) batch, or ``_MISS`` when some event is not one
@@ -224,7 +224,7 @@ def _one_pass(spark: SparkSession, rt: SiteRuntime, queue: str, spec: CaptureSpe
     if rule_filter is not None:
         df = rule_filter(df)
     try:
-        batch = _write(spark, rt, queue, df, spec.name, dedup)
+        batch = _write(spark, rt, queue, df, spec.name, dedup, warm)
     except reader.DebeziumFileError:
         return _MISS  # the two passes name the problem (or the value) exactly
     seen = obs.get
@@ -242,7 +242,7 @@ def _one_pass(spark: SparkSession, rt: SiteRuntime, queue: str, spec: CaptureSpe
 
 def _two_passes(spark: SparkSession, rt: SiteRuntime, queue: str, spec: CaptureSpec,
                 uris: list[str], high: int | None, result: DebeziumCaptureResult,
-                rule_filter: RuleFilter | None, dedup: str) -> Any:
+                rule_filter: RuleFilter | None, dedup: str, warm: bool) -> Any:
     """Survey every event (pass 1), then convert them (pass 2); returns the batch."""
     source = debezium_source(spec)
     groups = reader.survey(reader.read_events(spark, uris, with_schemas=True))
@@ -259,7 +259,7 @@ def _two_passes(spark: SparkSession, rt: SiteRuntime, queue: str, spec: CaptureS
         result.renumbered = True
     if rule_filter is not None:
         df = rule_filter(df)
-    return _write(spark, rt, queue, df, spec.name, dedup)
+    return _write(spark, rt, queue, df, spec.name, dedup, warm)
 
 
 def check_quality(spark: SparkSession, cfg: PipelineConfig, spec: CaptureSpec, queue: str,
@@ -293,10 +293,12 @@ def capture_files(spark: SparkSession, cfg: PipelineConfig, spec: CaptureSpec,
     dedup = "dbzcapture:{}:{}".format(spec.name, hashlib.sha256(
         "\n".join(uris).encode()).hexdigest()[:32])
     high, _ = _recorded(rt, spec.name)
-    batch = _one_pass(spark, rt, queue, spec, uris, high, result, rule_filter, dedup)
+    warm = cfg.quality.enabled
+    batch = _one_pass(spark, rt, queue, spec, uris, high, result, rule_filter, dedup, warm)
     if batch is _MISS:
         result.passes += 2
-        batch = _two_passes(spark, rt, queue, spec, uris, high, result, rule_filter, dedup)
+        batch = _two_passes(spark, rt, queue, spec, uris, high, result, rule_filter, dedup,
+                            warm)
     report = check_quality(spark, cfg, spec, queue, batch)
     new_high = max(high or 0, batch.max_commit_scn or 0) if batch is not None else high
     with rt.store.begin() as conn:

@@ -148,6 +148,7 @@ def _propagate(spark: SparkSession, cfg: PipelineConfig, spec: PropagationSpec, 
         new = qio.write_batch(
             spark, dst_rt.catalog, dst_q, df, producer=producer,
             dedup_key=f"{producer}:{last}", source_last_seq=last, source_first_seq=first,
+            warm_quality=cfg.quality.enabled,
         )
     if new is not None:
         report = quality.check_batch(

@@ -29,6 +29,11 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 _lock = threading.Lock()
 _counter = [0]
+# Guards building the context and its sources, which :func:`warm_up` may be doing on
+# another thread (re-entrant: a source builds the context first).
+_init_lock = threading.RLock()
+_warming: list[threading.Thread] = []
+_warm_lock = threading.Lock()
 
 
 @dataclass
@@ -98,9 +103,14 @@ def suite_names() -> list[str]:
     return sorted(p.name[:-5] for p in folder.iterdir() if p.name.endswith(".json"))
 
 
-@cache
 def context() -> Any:
     """The process's ephemeral GX context, with usage statistics off."""
+    with _init_lock:
+        return _context()
+
+
+@cache
+def _context() -> Any:
     os.environ["GX_ANALYTICS_ENABLED"] = "false"
     import great_expectations as gx
     from great_expectations.data_context.types.base import (
@@ -117,7 +127,6 @@ def context() -> Any:
     return gx.get_context(project_config=config, mode="ephemeral")
 
 
-@cache
 def spark_source() -> Any:
     """The context's Spark data source.
 
@@ -125,12 +134,23 @@ def spark_source() -> Any:
     ``persist=False``: the caller caches the narrow facts itself; GX must not cache
     whatever it is given, which may be a 5-million-row batch.
     """
-    return context().data_sources.add_spark("changeflow", persist=False)
+    with _init_lock:
+        return _spark_source()
 
 
 @cache
+def _spark_source() -> Any:
+    return context().data_sources.add_spark("changeflow", persist=False)
+
+
 def pandas_source() -> Any:
     """The context's pandas data source, for small facts built without Spark."""
+    with _init_lock:
+        return _pandas_source()
+
+
+@cache
+def _pandas_source() -> Any:
     return context().data_sources.add_pandas("changeflow_pandas")
 
 
@@ -143,11 +163,41 @@ def build_suite(name: str, only: set[str] | None = None) -> Any:
     return gx.ExpectationSuite(name=spec["name"], expectations=exps, meta=spec.get("meta", {}))
 
 
-@cache
 def _pandas_batches() -> Any:
     """One reusable batch definition for pandas facts (adding an asset saves the config)."""
+    with _init_lock:
+        return _pandas_batch_definition()
+
+
+@cache
+def _pandas_batch_definition() -> Any:
     return pandas_source().add_dataframe_asset("facts").add_batch_definition_whole_dataframe(
         "whole")
+
+
+def warm_up() -> None:
+    """Import GX and build the context on a background thread, once per process.
+
+    A job's first validation otherwise pays for importing Great Expectations and
+    building its context (about 4 s of CPU in a fresh process) after its batch is
+    written. A stage calls this just before its long Spark job: the main thread then
+    waits on the JVM, so the import runs beside the job instead of after it. Later
+    calls do nothing; a validation that starts before the thread is done waits for it
+    (:data:`_init_lock`) rather than building a second context.
+    """
+    with _warm_lock:  # not _init_lock, which the thread holds while it works
+        if _warming:
+            return
+        thread = threading.Thread(target=_warm, name="changeflow-gx-warm-up", daemon=True)
+        _warming.append(thread)
+    thread.start()
+
+
+def _warm() -> None:
+    try:
+        _pandas_batches()
+    except Exception:  # noqa: BLE001  (the validation that needs GX reports any problem)
+        log.debug("GX warm-up failed", exc_info=True)
 
 
 _pandas_lock = threading.Lock()

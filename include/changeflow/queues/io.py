@@ -44,8 +44,12 @@ def write_batch(
     dedup_key: str | None = None,
     source_last_seq: int | None = None,
     source_first_seq: int | None = None,
+    warm_quality: bool = False,
 ) -> NewBatch | None:
     """Write messages as a new, not yet visible, batch of ``queue``.
+
+    ``warm_quality``: the stage checks the batch next; GX is imported beside the write
+    (:func:`changeflow.quality.validator.warm_up`).
 
     Returns:
         The batch to hand to :meth:`QueueCatalog.commit_batch`, or ``None`` when
@@ -64,6 +68,10 @@ def write_batch(
         F.max("commit_scn").alias("max_scn"),
         F.min(F.coalesce("commit_time", "enq_time")).alias("oldest"),
     )
+    if warm_quality:
+        from changeflow.quality.validator import warm_up
+
+        warm_up()
     observed.write.mode("errorifexists").parquet(path)
     stats = obs.get
     if not stats.get("n"):
