@@ -92,3 +92,26 @@ def test_an_event_of_a_table_the_first_events_do_not_name(spark: Any, tmp_path: 
     names = {r["object_name"]: _values(r)["NAME"] for r in dbz.queue_rows(cfg, dbz.QUEUE)}
     assert names == {"PEOPLE": "Ann", "OTHERS": "Zed"}
     assert len(dbz.batch_dirs(tmp_path)) == 1
+
+
+def test_a_later_schemaless_event_with_an_undeclared_column_fails_the_run(
+        spark: Any, tmp_path: Path, dbz: Any) -> None:
+    """Without schema blocks only the images' keys show a column the table does not
+    have: the first event guesses right, a later one holds another column. The one pass
+    counts it a miss, and the survey names it; nothing is enqueued (the column is never
+    dropped silently)."""
+    from changeflow.debezium.reader import DebeziumFileError
+
+    root = tmp_path / "topics"
+    src = dbz.pg_source
+    dbz.write_events(root / "inv.inventory.people" / "p+0+0000000000.json", [
+        {"before": None, "after": {"id": 1, "name": "Ann"}, "op": "c", "ts_ms": 1,
+         "source": src(10, 10, 10, table="people", ts_ms=1700000000000)},
+        {"before": None, "after": {"id": 2, "name": "Bob", "colour": "red"}, "op": "c",
+         "ts_ms": 1, "source": src(20, 20, 20, table="people", ts_ms=1700000000000)}])
+    cfg = dbz.capture(tmp_path, root, [{"name": "inventory.people", "key": ["id"],
+                                        "columns": {"id": "bigint", "name": "text"}}])
+    with pytest.raises(DebeziumFileError, match="column 'colour', which the declared table"):
+        run_debezium_capture(spark, cfg, "dbz")
+    assert dbz.queue_rows(cfg, dbz.QUEUE) == []
+    assert dbz.batch_dirs(tmp_path) == []
