@@ -206,3 +206,22 @@ def test_a_batch_failing_a_quality_check_is_set_aside(spark: Any, tmp_path: Path
                                                         "quality", 2)
     assert rt.catalog.info(q).depth == 0
     assert run_debezium_capture(spark, cfg, "dbz").messages == 0  # the files are recorded
+
+
+def test_the_commit_position_of_every_shape_of_sequence(spark: Any) -> None:
+    """``source.sequence``'s first LSN, as the connector writes it (read by pattern) and
+    in any other JSON (parsed); not a number, or not JSON: the event's ``lsn``."""
+    from pyspark.sql import functions as F
+
+    from changeflow.debezium.reader import native_position
+
+    cases = {'["100000","10100"]': 100000, '["7",null]': 7, '[ "8" , "9" ]': 8,
+             '["-3","1"]': -3, '["12","3"] ': 12, '[5,6]': 5, '["9"]': 9,
+             '["+5","1"]': 5, '["\\u0031","2"]': 1, '[null,"5"]': 42, '["abc","1"]': 42,
+             '["1e3","2"]': 42, '[5,': 42, None: 42}
+    df = spark.createDataFrame([(k,) for k in cases], "seq string")
+    src = F.struct(F.col("seq").alias("sequence"), F.lit("postgresql").alias("connector"),
+                   F.lit(42).cast("bigint").alias("lsn"))
+    got = {r.seq: r.pos for r in df.select(
+        "seq", native_position(F.struct(src.alias("source"))).alias("pos")).collect()}
+    assert got == cases
