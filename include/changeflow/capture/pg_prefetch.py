@@ -28,15 +28,12 @@ slot stands (:class:`~changeflow.capture.pg_stream.StreamError`).
 from __future__ import annotations
 
 import contextlib
-import logging
 import threading
 
 from changeflow.capture import pg_arrow
 from changeflow.capture.pg_decode import Peek
 from changeflow.capture.pg_source import _PEEK_SQL
-from changeflow.capture.pg_stream import CopyReader, StreamError
-
-log = logging.getLogger(__name__)
+from changeflow.capture.pg_stream import CopyReader, StreamError, started
 
 # The peek's query, consuming the temporary copy.
 _GET_SQL = _PEEK_SQL.replace("pg_logical_slot_peek_changes", "pg_logical_slot_get_changes")
@@ -126,11 +123,6 @@ class SlotPrefetch(CopyReader):
 def open_prefetch(url: str, slot: str, options: list[str], *, batch_rows: int,
                   follow: bool, poll: float, capture: str) -> SlotPrefetch | None:
     """A started :class:`SlotPrefetch`, or ``None`` (logged) when it is not possible."""
-    reader = SlotPrefetch(url, slot, options, batch_rows=batch_rows, follow=follow,
-                          poll=poll, application_name=f"changeflow-capture-{capture}")
-    try:
-        return reader.start()
-    except StreamError as exc:
-        log.warning("capture %s: cannot read a copy of slot %s ahead (%s); peeking it",
-                    capture, slot, exc)
-        return None
+    return started(SlotPrefetch(url, slot, options, batch_rows=batch_rows, follow=follow,
+                                poll=poll, application_name=f"changeflow-capture-{capture}"),
+                   capture, "read ahead from a copy of")

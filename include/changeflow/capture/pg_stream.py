@@ -35,7 +35,7 @@ import threading
 import time
 import uuid
 from collections.abc import Callable
-from typing import Any, Self
+from typing import Any, Self, TypeVar
 
 from changeflow.capture.pg_decode import Peek
 
@@ -85,6 +85,14 @@ class CopyReader:
         self.error: BaseException | None = None
 
     # -- life cycle ------------------------------------------------------------------
+    def start(self) -> Self:
+        """Open the session and the copy, and start the reader thread.
+
+        Raises:
+            StreamError: it cannot (no replication connection, no such slot...).
+        """
+        raise NotImplementedError
+
     def close(self) -> None:
         """Stop the reader and end the session (the temporary copy goes with it)."""
         self._stop.set()
@@ -281,11 +289,20 @@ class SlotStream(CopyReader):
 def open_stream(url: str, slot: str, options: list[str], *, batch_rows: int,
                 end_lsn: int | None, capture: str) -> SlotStream | None:
     """A started :class:`SlotStream`, or ``None`` (logged) when streaming is not possible."""
-    stream = SlotStream(url, slot, options, batch_rows=batch_rows, end_lsn=end_lsn,
-                        application_name=f"changeflow-capture-{capture}")
+    return started(SlotStream(url, slot, options, batch_rows=batch_rows, end_lsn=end_lsn,
+                              application_name=f"changeflow-capture-{capture}"),
+                   capture, "stream")
+
+
+_R = TypeVar("_R", bound=CopyReader)
+
+
+def started(reader: _R, capture: str, how: str) -> _R | None:
+    """``reader`` started, or ``None`` (logged) when it cannot start: the capture then
+    reads the slot with peeks. ``how`` says what was tried, for the log."""
     try:
-        return stream.start()
+        return reader.start()
     except StreamError as exc:
-        log.warning("capture %s: cannot stream slot %s (%s); reading it with peeks",
-                    capture, slot, exc)
+        log.warning("capture %s: cannot %s slot %s (%s); reading it with peeks",
+                    capture, how, reader.slot, exc)
         return None

@@ -3,8 +3,6 @@
 from __future__ import annotations
 
 import os
-import subprocess
-import sys
 import threading
 import time
 from pathlib import Path
@@ -17,7 +15,7 @@ from changeflow.capture.pg_stream import StreamError
 from changeflow.capture.postgres import recorded_position, run_pg_capture
 from changeflow.sites import queue_site
 
-from .test_pg_stream import _messages, _slots, _workload
+from .test_pg_stream import _messages, _no_copies, _slots, _workload, killed_then_rerun
 from .test_pg_stream import _setup as _stream_setup
 
 pytestmark = pytest.mark.postgres
@@ -52,13 +50,6 @@ from changeflow.capture.postgres import run_pg_capture
 from changeflow.config import load_config
 run_pg_capture(None, load_config(sys.argv[1]), sys.argv[2])
 """
-
-
-def _no_copies(pg: Any, src: str, cfg: Any) -> bool:
-    deadline = time.monotonic() + 10
-    while len(_slots(pg, src)) > len(cfg.captures) and time.monotonic() < deadline:
-        time.sleep(0.1)  # a closed session's temporary copy goes with its backend
-    return sorted(_slots(pg, src)) == sorted(s.source.slot for s in cfg.captures)
 
 
 def test_read_ahead_and_peek_capture_the_same_lcrs(pg: Any, workdir: Path,
@@ -104,25 +95,9 @@ def test_max_batches_leaves_the_rest_in_the_slot(pg: Any, workdir: Path, pipelin
 def test_killed_after_commit_before_advance_loses_and_repeats_nothing(
         pg: Any, workdir: Path, pipeline_file: Any, monkeypatch: Any) -> None:
     cfg, src = _setup(pg, workdir, pipeline_file, monkeypatch)
-    spec = cfg.component("capture", "cap_a")
-    rt, _ = queue_site(cfg, spec.queue)
-    before = _slots(pg, src)[spec.source.slot]
-    _workload(pg, src)
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path),
-           "CHANGEFLOW_CRASH_AT": "capture.after_commit:2"}
-    done = subprocess.run([sys.executable, "-c", CAPTURE, str(cfg.source_path), "cap_a"],
-                          env=env, capture_output=True, text=True, timeout=120)
-    assert done.returncode == 137, done.stderr[-2000:]
-    recorded = recorded_position(rt, spec)
-    assert recorded is not None and recorded > before
-    assert _no_copies(pg, src, cfg)
-    # the second batch was committed but the slot not advanced past the first
-    assert before < _slots(pg, src)[spec.source.slot] < recorded
-    again = run_pg_capture(None, cfg, "cap_a")
+    again = killed_then_rerun(pg, cfg, src, CAPTURE,
+                              lambda: run_pg_capture(None, cfg, "cap_a"))
     assert again.prefetched >= 1
-    msgs = _messages(cfg, "strm.qa@s1")
-    assert len(msgs) == 200 and len({m["msg_id"] for m in msgs}) == 200
-    assert _slots(pg, src)[spec.source.slot] == recorded_position(rt, spec)
 
 
 def test_following_reads_later_changes(pg: Any, workdir: Path, pipeline_file: Any,

@@ -90,32 +90,45 @@ def test_stream_and_peek_capture_the_same_lcrs(pg: Any, workdir: Path, pipeline_
         assert slots[spec.source.slot] == recorded_position(rt, spec)
 
 
-def test_killed_after_commit_before_advance_loses_and_repeats_nothing(
-        pg: Any, workdir: Path, pipeline_file: Any, monkeypatch: Any) -> None:
-    cfg, src = _setup(pg, workdir, pipeline_file, monkeypatch)
+def _no_copies(pg: Any, src: str, cfg: Any) -> bool:
+    """Only the captures' own slots are left (waits up to 10 s for a temporary copy)."""
+    deadline = time.monotonic() + 10
+    while len(_slots(pg, src)) > len(cfg.captures) and time.monotonic() < deadline:
+        time.sleep(0.1)  # a closed session's temporary copy goes with its backend
+    return sorted(_slots(pg, src)) == sorted(s.source.slot for s in cfg.captures)
+
+
+def killed_then_rerun(pg: Any, cfg: Any, src: str, code: str, rerun: Any) -> Any:
+    """Kill capture ``cap_a`` (``code`` run as a process) after its second commit,
+    before it advances its slot; check what is left, then ``rerun()`` it and check
+    that every change arrived once. Returns what the re-run returned."""
     spec = cfg.component("capture", "cap_a")
     rt, _ = queue_site(cfg, spec.queue)
     before = _slots(pg, src)[spec.source.slot]
     _workload(pg, src)
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path),
            "CHANGEFLOW_CRASH_AT": "capture.after_commit:2"}
-    done = subprocess.run([sys.executable, "-c", CAPTURE, str(cfg.source_path), "cap_a"],
+    done = subprocess.run([sys.executable, "-c", code, str(cfg.source_path), "cap_a"],
                           env=env, capture_output=True, text=True, timeout=120)
     assert done.returncode == 137, done.stderr[-2000:]
     recorded = recorded_position(rt, spec)
     assert recorded is not None and recorded > before
-    deadline = time.monotonic() + 10
-    while len(_slots(pg, src)) > 2 and time.monotonic() < deadline:
-        time.sleep(0.1)  # the killed session's temporary copy goes with its backend
-    slots = _slots(pg, src)
-    assert sorted(slots) == sorted(s.source.slot for s in cfg.captures)
+    assert _no_copies(pg, src, cfg)  # the killed session's copy went with its backend
     # the second batch was committed but the slot not advanced past the first
-    assert before < slots[spec.source.slot] < recorded
-    again = run_pg_capture(None, cfg, "cap_a", stream_changes=True)
-    assert again.streamed >= 1
+    assert before < _slots(pg, src)[spec.source.slot] < recorded
+    again = rerun()
     msgs = _messages(cfg, "strm.qa@s1")
     assert len(msgs) == 200 and len({m["msg_id"] for m in msgs}) == 200
     assert _slots(pg, src)[spec.source.slot] == recorded_position(rt, spec)
+    return again
+
+
+def test_killed_after_commit_before_advance_loses_and_repeats_nothing(
+        pg: Any, workdir: Path, pipeline_file: Any, monkeypatch: Any) -> None:
+    cfg, src = _setup(pg, workdir, pipeline_file, monkeypatch)
+    again = killed_then_rerun(pg, cfg, src, CAPTURE,
+                              lambda: run_pg_capture(None, cfg, "cap_a", stream_changes=True))
+    assert again.streamed >= 1
 
 
 def test_a_stream_that_cannot_start_says_why(pg: Any, workdir: Path, pipeline_file: Any,
