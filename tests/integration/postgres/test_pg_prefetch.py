@@ -15,7 +15,14 @@ from changeflow.capture.pg_stream import StreamError
 from changeflow.capture.postgres import recorded_position, run_pg_capture
 from changeflow.sites import queue_site
 
-from .test_pg_stream import _messages, _no_copies, _slots, _workload, killed_then_rerun
+from .test_pg_stream import (
+    _messages,
+    _no_copies,
+    _slots,
+    _workload,
+    killed_then_rerun,
+    same_lcrs_and_positions,
+)
 from .test_pg_stream import _setup as _stream_setup
 
 pytestmark = pytest.mark.postgres
@@ -62,17 +69,8 @@ def test_read_ahead_and_peek_capture_the_same_lcrs(pg: Any, workdir: Path,
     assert ahead.prefetched == ahead.batches >= 4 and ahead.streamed == 0
     assert peeked.prefetched == peeked.streamed == 0 and peeked.batches >= 4
     assert ahead.messages == peeked.messages == 200
-    a, b = _messages(cfg, "strm.qa@s1"), _messages(cfg, "strm.qb@s1")
-    assert len({m["msg_id"] for m in a}) == 200
-    for m in a + b:
-        m.pop("enq_time", None)
-    assert a == b
-    # the capture's own slot is advanced to what it recorded; the copy is gone
-    assert _no_copies(pg, src, cfg)
-    slots = _slots(pg, src)
-    for spec in cfg.captures:
-        rt, _ = queue_site(cfg, spec.queue)
-        assert slots[spec.source.slot] == recorded_position(rt, spec)
+    assert _no_copies(pg, src, cfg)  # the copy is gone
+    same_lcrs_and_positions(pg, cfg, src)
     assert run_pg_capture(None, cfg, "cap_a").messages == 0  # nothing twice
 
 

@@ -69,6 +69,20 @@ def _slots(pg: Any, src: str) -> dict[str, int]:
             "WHERE database = current_database()").fetchall()}
 
 
+def same_lcrs_and_positions(pg: Any, cfg: Any, src: str) -> None:
+    """Both captures enqueued the same 200 LCRs, and each slot was advanced to what its
+    capture recorded."""
+    a, b = _messages(cfg, "strm.qa@s1"), _messages(cfg, "strm.qb@s1")
+    assert len({m["msg_id"] for m in a}) == 200
+    for m in a + b:
+        m.pop("enq_time", None)
+    assert a == b
+    slots = _slots(pg, src)
+    for spec in cfg.captures:
+        rt, _ = queue_site(cfg, spec.queue)
+        assert slots[spec.source.slot] == recorded_position(rt, spec)
+
+
 def test_stream_and_peek_capture_the_same_lcrs(pg: Any, workdir: Path, pipeline_file: Any,
                                                monkeypatch: Any) -> None:
     cfg, src = _setup(pg, workdir, pipeline_file, monkeypatch)
@@ -77,17 +91,9 @@ def test_stream_and_peek_capture_the_same_lcrs(pg: Any, workdir: Path, pipeline_
     peeked = run_pg_capture(None, cfg, "cap_b")
     assert streamed.streamed == streamed.batches >= 4 and peeked.streamed == 0
     assert streamed.messages == peeked.messages == 200
-    a, b = _messages(cfg, "strm.qa@s1"), _messages(cfg, "strm.qb@s1")
-    assert len({m["msg_id"] for m in a}) == 200
-    for m in a + b:
-        m.pop("enq_time", None)
-    assert a == b
-    # each slot was advanced to what its capture recorded, and the copy is gone
-    slots = _slots(pg, src)
-    assert sorted(slots) == sorted(s.source.slot for s in cfg.captures)
-    for spec in cfg.captures:
-        rt, _ = queue_site(cfg, spec.queue)
-        assert slots[spec.source.slot] == recorded_position(rt, spec)
+    # the copy is gone already
+    assert sorted(_slots(pg, src)) == sorted(s.source.slot for s in cfg.captures)
+    same_lcrs_and_positions(pg, cfg, src)
 
 
 def _no_copies(pg: Any, src: str, cfg: Any) -> bool:
