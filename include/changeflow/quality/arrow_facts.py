@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from changeflow import lcr
-from changeflow.quality.facts import ALWAYS_REQUIRED, MESSAGE_CHECKS
+from changeflow.quality.facts import ALWAYS_REQUIRED, COMMIT_TIME_SKEW_US, MESSAGE_CHECKS
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -199,6 +199,30 @@ def _when(cond: Any, value: Any) -> Any:
     return value.astype(object).where(cond.to_numpy(dtype=bool, na_value=False), None)
 
 
+def _prev_scn(df: pd.DataFrame, known: pd.Series) -> pd.Series:
+    """Per transaction, the highest commit position of its source's transactions
+    committed at least :data:`facts.COMMIT_TIME_SKEW_US` before it (``df`` sorted by
+    source and time; NULL where there is none, or the time is unknown)."""
+    import numpy as np
+    import pandas as pd
+
+    none = np.iinfo(np.int64).min
+    timed = (known & df["min_time"].notna()).to_numpy(dtype=bool)
+    scn = df["max_scn"].to_numpy(dtype="int64", na_value=none)
+    micros = np.zeros(len(df), dtype="int64")
+    if timed.any():
+        micros[timed] = pd.DatetimeIndex(df["min_time"][timed]).as_unit("us").asi8
+    out = np.full(len(df), none, dtype="int64")
+    for rows in df.groupby("source_database_name", dropna=False, sort=False).indices.values():
+        rows = rows[timed[rows]]  # in time order: ``df`` is sorted
+        if not len(rows):
+            continue
+        best = np.maximum.accumulate(scn[rows])
+        upto = np.searchsorted(micros[rows], micros[rows] - COMMIT_TIME_SKEW_US, "right") - 1
+        out[rows] = np.where(upto >= 0, best[np.maximum(upto, 0)], none)
+    return pd.Series(pd.arrays.IntegerArray(out, out == none), index=df.index)
+
+
 def transaction_checks(df: pd.DataFrame, prior: dict[str, int]) -> pd.DataFrame:
     """Add ``prev_scn``, ``prior_scn`` and the :data:`facts.TRANSACTION_CHECKS` columns."""
     import pandas as pd
@@ -208,8 +232,7 @@ def transaction_checks(df: pd.DataFrame, prior: dict[str, int]) -> pd.DataFrame:
     df = df.assign(_known=known).sort_values(
         ["source_database_name", "min_time", "min_scn"], na_position="first", kind="stable")
     known = df["_known"]
-    by_src = df["max_scn"].where(known).groupby(df["source_database_name"], dropna=False)
-    prev = by_src.shift(1).groupby(df["source_database_name"], dropna=False).ffill()
+    prev = _prev_scn(df, known)
     prior_scn = df["source_database_name"].map(lambda s: prior.get(s) if prior else None)
     prior_scn = pd.array(prior_scn.tolist(), dtype="Int64")
     scn_known = known & df["min_scn"].notna()

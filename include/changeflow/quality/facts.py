@@ -47,6 +47,14 @@ TRANSACTION_CHECKS = (
     "commit_order_across_batches",
 )
 
+# Commit times of one source may disagree with its commit positions by this much. In
+# PostgreSQL a backend takes its commit timestamp before it inserts its commit record,
+# so two transactions committing at once can get timestamps in one order and WAL
+# positions in the other (seen: 48 bytes of WAL apart, the later position with the
+# earlier time, in a pgbench run with 4 clients). ``commit_order_in_batch`` compares a
+# transaction only with those committed at least this long before it.
+COMMIT_TIME_SKEW_US = 1_000_000
+
 
 def _all_present(fields: Sequence[str]) -> Column:
     from functools import reduce
@@ -163,8 +171,9 @@ def transaction_facts(
     Returns:
         ``source_database_name``, ``txn_key``, ``n``, ``min_scn``/``max_scn``,
         ``min_time``/``max_time``; per message check, the number of messages violating
-        it (``<check>_violations``); ``prev_scn`` (the commit position of the previous
-        transaction of the same source in commit-time order), ``prior_scn`` (from
+        it (``<check>_violations``); ``prev_scn`` (the highest commit position of the
+        same source's transactions committed at least :data:`COMMIT_TIME_SKEW_US`
+        earlier), ``prior_scn`` (from
         ``prior``) and the boolean columns of :data:`TRANSACTION_CHECKS`.
     """
     from pyspark.sql import Window
@@ -181,14 +190,15 @@ def transaction_facts(
         *[F.count_if(~F.col(c)).alias(f"{c}_violations") for c in MESSAGE_CHECKS],
     )
     known = F.col("txn_key").isNotNull() & F.col("source_database_name").isNotNull()
-    order = Window.partitionBy("source_database_name").orderBy("min_time", "min_scn") \
-        .rowsBetween(Window.unboundedPreceding, -1)
+    order = Window.partitionBy("source_database_name").orderBy(F.unix_micros("min_time")) \
+        .rangeBetween(Window.unboundedPreceding, -COMMIT_TIME_SKEW_US)
     same_scn = Window.partitionBy("source_database_name", "min_scn")
     prior_map = F.create_map(*[x for db, scn in sorted((prior or {}).items())
                                for x in (F.lit(db), F.lit(int(scn)).cast("bigint"))])
     prior_scn = (F.element_at(prior_map, F.col("source_database_name")) if prior
                  else F.lit(None).cast("bigint"))
-    prev = F.last(F.when(known, F.col("max_scn")), ignorenulls=True).over(order)
+    timed = known & F.col("min_time").isNotNull()
+    prev = F.when(timed, F.max(F.when(timed, F.col("max_scn"))).over(order))
     scn_known = known & F.col("min_scn").isNotNull()
     return txns.select(
         "*",

@@ -43,6 +43,17 @@ CASES: dict[str, list[dict[str, Any]]] = {
         row_lcr(6, transaction_id="e", commit_scn=20, commit_time=LATER + dt.timedelta(2)),
         row_lcr(7, transaction_id="e", commit_scn=20, commit_time=LATER + dt.timedelta(3)),
         row_lcr(8, transaction_id="f", source_database_name="OTHER.DB", commit_scn=1)],
+    # PostgreSQL: a commit timestamp is taken before the commit record is written, so two
+    # transactions committing at once may have times and positions in opposite orders
+    "concurrent_commits": [
+        row_lcr(1, transaction_id="a", commit_scn=10),
+        row_lcr(2, transaction_id="b", commit_scn=30, commit_time=LATER),
+        row_lcr(3, transaction_id="c", commit_scn=20,
+                commit_time=LATER + dt.timedelta(milliseconds=1)),
+        row_lcr(4, transaction_id="d", commit_scn=25,
+                commit_time=LATER + dt.timedelta(milliseconds=999)),
+        row_lcr(5, transaction_id="e", commit_scn=29,
+                commit_time=LATER + dt.timedelta(seconds=1))],  # a second after b: below it
     "duplicate_ids": [row_lcr(1), row_lcr(1), row_lcr(2)],
     "missing_key": [row_lcr(1, "UPDATE"),
                     row_lcr(2, "UPDATE", key_columns=KEYS6, old_values=FULL6,
@@ -106,6 +117,7 @@ def test_watermarks_and_clean_batch_passes_gx_on_pandas() -> None:
                       "commit_scn_one_transaction", "commit_order_in_batch",
                       "commit_order_across_batches"}),
     ("duplicate_ids", {"unique_msg_id"}),
+    ("concurrent_commits", {"commit_order_in_batch"}),
     ("missing_key", {"update_has_key"}),
 ])
 def test_gx_on_pandas_fails_the_defective_checks(case: str, failed: set[str]) -> None:

@@ -72,6 +72,10 @@ def test_transaction_checks(lcr_frame) -> None:  # type: ignore[no-untyped-def]
         row_lcr(3, transaction_id="b", commit_scn=12, commit_time=later),
         row_lcr(4, transaction_id="c", commit_scn=12, commit_time=later),  # shares scn 12
         row_lcr(5, transaction_id="d", commit_scn=5, commit_time=later + dt.timedelta(1)),
+        # a commit time taken before a concurrent commit's, its position after it
+        row_lcr(6, transaction_id="e", commit_scn=40, commit_time=later + dt.timedelta(2)),
+        row_lcr(7, transaction_id="f", commit_scn=39,
+                commit_time=later + dt.timedelta(2, milliseconds=3)),
     ])
     named = facts.message_facts(df, keep=["transaction_id"])
     txn = facts.transaction_facts(named, {"DBS1.EXAMPLE.COM": 11}, keep=["transaction_id"])
@@ -81,6 +85,10 @@ def test_transaction_checks(lcr_frame) -> None:  # type: ignore[no-untyped-def]
     assert got["b"]["commit_scn_one_transaction"] is False
     assert got["c"]["commit_scn_one_transaction"] is False
     assert got["d"]["commit_order_in_batch"] is False  # committed last, lowest position
+    assert got["d"]["prev_scn"] == 12
+    assert got["f"]["commit_order_in_batch"] is True  # 3 ms after 40: within the skew
+    assert got["f"]["prev_scn"] == 12  # the highest position a second or more before
+    assert got["e"]["commit_order_in_batch"] is True
     assert got["a"]["commit_order_across_batches"] is False  # below the prior mark 11
     assert got["b"]["commit_order_across_batches"] is True
 
