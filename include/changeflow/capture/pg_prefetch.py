@@ -9,10 +9,17 @@ on the current one, with the same SQL and the same one value per batch:
 * on a second connection (set up like the capture's: UTC, ISO dates) it copies the
   capture's slot to a **temporary slot** (``pg_copy_logical_replication_slot``: same
   restart and confirmed positions), owned by that session;
-* a thread reads the copy with ``pg_logical_slot_get_changes`` (the peek's query, but
-  consuming the *copy*, so each change is decoded once there) and hands each batch
-  over through a queue of one: the server is at most one batch ahead. The thread
-  spends its time waiting for the server (psycopg releases the GIL), not in Python;
+* a *fetch* thread reads the copy with ``pg_logical_slot_get_changes`` (the peek's
+  query, but consuming the *copy*), up to ``FETCH_BATCHES`` batches at a time, and
+  cuts what it gets into batches of whole transactions exactly where peeks would have
+  cut them (:func:`split`). Every read decodes the WAL again from the slot's restart
+  point, which moves only where the server logged its running transactions (every
+  15 s, or at a checkpoint), so fewer, larger reads cost the server far less: on a
+  pgbench backlog of 1.8 million documents, 117,751 documents/s read 50,000 at a
+  time, 203,476/s read 200,000 at a time (one read of everything: 535,052/s);
+* a second thread reads each batch's documents with Arrow (:func:`.pg_arrow.parse`)
+  while the fetch thread waits for the server's next read, and hands the batches
+  over through a queue of one: the server is at most a read ahead of the capture;
 * **exactly once is unchanged**: nothing is ever confirmed on the capture's own slot
   here. The capture advances its slot with ``pg_replication_slot_advance`` only after
   a batch is committed in the queue catalog, as with peeks. The temporary copy goes
@@ -28,16 +35,64 @@ slot stands (:class:`~changeflow.capture.pg_stream.StreamError`).
 from __future__ import annotations
 
 import contextlib
+import queue
 import threading
+from typing import Any
 
 from changeflow.capture import pg_arrow
 from changeflow.capture.pg_decode import Peek
-from changeflow.capture.pg_source import _PEEK_SQL
 from changeflow.capture.pg_stream import CopyReader, StreamError, started
 
-# The peek's query, consuming the temporary copy.
-_GET_SQL = _PEEK_SQL.replace("pg_logical_slot_peek_changes", "pg_logical_slot_get_changes")
-assert _GET_SQL != _PEEK_SQL
+#: a read asks for up to this many batches' changes (at most ``FETCH_ROWS``)
+FETCH_BATCHES, FETCH_ROWS = 4, 200_000
+_COMMIT = """left(data, 13) = '{"action":"C"'"""
+# The peek's query (pg_source._PEEK_SQL), consuming the temporary copy, with each
+# document's length and each commit's ordinal: where to cut the text into batches.
+_GET_SQL = f"""
+SELECT string_agg(data, ',' ORDER BY n),
+       array_agg((lsn - '0/0'::pg_lsn)::bigint ORDER BY n) FILTER (WHERE {_COMMIT}),
+       count(*),
+       array_agg(length(data) ORDER BY n),
+       array_agg(n ORDER BY n) FILTER (WHERE {_COMMIT})
+FROM pg_logical_slot_get_changes(%s, NULL, %s, VARIADIC %s::text[])
+     WITH ORDINALITY AS c(lsn, xid, data, n)
+"""
+_DONE = object()  # the fetch thread's last item when it ended without an error
+
+
+def split(text: str, lsns: list[int], rows: int, lengths: list[int], commits: list[int],
+          batch_rows: int) -> list[tuple[str, list[int], int]]:
+    """Cut one read into ``(text, commit LSNs, documents)`` batches as peeks of
+    ``batch_rows`` would have returned them: a batch ends at the first commit at or past
+    ``batch_rows`` documents. ``lengths`` are the documents' lengths, ``commits`` the
+    1-based ordinals of the commit documents. What follows the last commit (messages
+    outside a transaction) stays with the last batch; if the lengths do not add up to
+    the text (an encoding that counts otherwise) the read stays one batch.
+
+    >>> split("a,C1,b,c,C2,d,C3", [1, 2, 3], 7, [1, 2, 1, 1, 2, 1, 2], [2, 5, 7], 2)
+    [('a,C1', [1], 2), ('b,c,C2', [2], 3), ('d,C3', [3], 2)]
+    """
+    if len(commits) != len(lsns) or sum(lengths) + rows - 1 != len(text) or len(lengths) != rows:
+        return [(text, lsns, rows)]
+    cuts: list[tuple[int, int]] = []  # (documents up to the cut, commits up to it)
+    start = 0
+    for k, ordinal in enumerate(commits):
+        if ordinal - start >= batch_rows:
+            cuts.append((ordinal, k + 1))
+            start = ordinal
+    if start < len(lengths) and (not cuts or cuts[-1][1] < len(commits)):
+        cuts.append((rows, len(commits)))
+    elif cuts:  # only messages outside a transaction after the last cut: they join it
+        cuts[-1] = (rows, cuts[-1][1])
+    if len(cuts) <= 1:
+        return [(text, lsns, rows)]
+    out = []
+    offset, doc, commit = 0, 0, 0
+    for end_doc, end_commit in cuts:
+        size = sum(lengths[doc:end_doc]) + (end_doc - doc - 1)
+        out.append((text[offset:offset + size], lsns[commit:end_commit], end_doc - doc))
+        offset, doc, commit = offset + size + 1, end_doc, end_commit
+    return out
 
 
 class SlotPrefetch(CopyReader):
@@ -62,6 +117,11 @@ class SlotPrefetch(CopyReader):
         self.options, self.follow, self.poll = list(options), follow, poll
         # The capture loop asks for a timeout only when following (as for a stream).
         self.end_lsn: int | None = None if follow else 0
+        self.fetch_rows = max(self.batch_rows, min(FETCH_BATCHES * self.batch_rows,
+                                                   FETCH_ROWS))
+        # one read's batches, waiting for Arrow: the server reads on meanwhile
+        self._raw: queue.Queue[Any] = queue.Queue(maxsize=FETCH_BATCHES + 2)
+        self._fetcher: threading.Thread | None = None
 
     # -- life cycle ------------------------------------------------------------------
     def start(self) -> SlotPrefetch:
@@ -83,8 +143,11 @@ class SlotPrefetch(CopyReader):
             self.close()
             text = str(exc).strip()
             raise StreamError(text.splitlines()[0] if text else type(exc).__name__) from exc
+        self._fetcher = threading.Thread(target=self._fetch, daemon=True,
+                                         name=f"pgfetch-{self.slot}")
         self._thread = threading.Thread(target=self._run, daemon=True,
                                         name=f"pgprefetch-{self.slot}")
+        self._fetcher.start()
         self._thread.start()
         return self
 
@@ -93,6 +156,9 @@ class SlotPrefetch(CopyReader):
             self._conn.cancel_safe(timeout=5.0)
 
     def _release(self) -> None:
+        while self._fetcher is not None and self._fetcher.is_alive():
+            self._interrupt()  # a read it started after the first cancel
+            self._fetcher.join(0.5)
         # Dropped now, not when the backend exits a moment after the close: the slot
         # is free again for whatever the caller does next.
         with contextlib.suppress(Exception):  # a broken connection drops it on exit
@@ -100,24 +166,54 @@ class SlotPrefetch(CopyReader):
                                "pg_replication_slots WHERE slot_name = %s AND temporary",
                                (self.copy,))
 
-    # -- the reader thread ---------------------------------------------------------------
+    # -- the threads -------------------------------------------------------------------
+    def _fetch(self) -> None:
+        """Read the copy, cut each read into batches and queue them for :meth:`_read`;
+        then ``_DONE``, or the error that stopped it."""
+        end: object = _DONE
+        try:
+            while not self._stop.is_set():
+                row = self._conn.execute(_GET_SQL, (self.copy, self.fetch_rows,
+                                                    self.options)).fetchone()
+                if row is None or not row[2]:
+                    if not self.follow:
+                        break
+                    self._stop.wait(self.poll)
+                    continue
+                for text, lsns, n in split(row[0] or "", [int(x) for x in row[1] or []],
+                                           int(row[2]), row[3] or [], row[4] or [],
+                                           self.batch_rows):
+                    if not self._queue_raw((text, lsns, n)):
+                        return
+        except BaseException as exc:  # noqa: BLE001  (handed to the consumer)
+            end = exc
+        self._queue_raw(end)
+
+    def _queue_raw(self, item: object) -> bool:
+        """Queue ``item`` for the Arrow thread, waiting for room; False once closed."""
+        while not self._stop.is_set():
+            with contextlib.suppress(queue.Full):
+                self._raw.put(item, timeout=0.5)
+                return True
+        return False
+
     def _run(self) -> None:
         self._finish(self._read)
 
     def _read(self) -> None:
         while not self._stop.is_set():
-            row = self._conn.execute(_GET_SQL, (self.copy, self.batch_rows,
-                                                self.options)).fetchone()
-            if row is None or not row[2]:
-                if not self.follow:
-                    return
-                self._stop.wait(self.poll)
+            try:
+                item = self._raw.get(timeout=0.5)
+            except queue.Empty:
                 continue
-            text = row[0] or ""
+            if item is _DONE:
+                return
+            if isinstance(item, BaseException):
+                raise item
+            text, lsns, n = item
             # Arrow reads the documents here, without the GIL, while the capture works
             # on the previous batch (None: the capture decodes them itself).
-            self._put(Peek(text, [int(x) for x in row[1] or []], int(row[2]),
-                           docs=pg_arrow.parse(text)))
+            self._put(Peek(text, lsns, n, docs=pg_arrow.parse(text)))
 
 
 def open_prefetch(url: str, slot: str, options: list[str], *, batch_rows: int,

@@ -97,6 +97,8 @@ class SlotReader:
         self._keys: dict[tuple[str, str], list[str]] = {}
         self._origins: dict[int, bytes] = {}
         self._origin_sources: dict[int, str] = {}
+        self._pending: int | None = None  # acknowledged, not yet advanced (advance_soon)
+        self._advanced_at = time.monotonic()
 
     # -- ownership ---------------------------------------------------------------
     def lock(self, busy_wait: float = 30.0) -> None:
@@ -290,6 +292,27 @@ class SlotReader:
             return
         self.conn.execute("SELECT pg_replication_slot_advance(%s, %s::pg_lsn)",
                           (self.source.slot, pg_decode.int_to_lsn(lsn)))
+
+    def advance_soon(self, lsn: int, every: float) -> None:
+        """Acknowledge up to ``lsn``, advancing the slot at most every ``every`` seconds
+        (:meth:`flush_advance` does what is left).
+
+        For a capture that reads a *copy* of its slot (a stream or the read-ahead): its
+        own slot then only holds WAL back, and a run resumes from the position recorded
+        with its batches (:meth:`open`), not from the slot's. Each advance decodes the
+        WAL from the slot's restart point, up to 15 s of it on a busy server (running
+        transactions are logged that often), on the capture's thread and the server.
+        """
+        self._pending = max(lsn, self._pending or 0)
+        if time.monotonic() - self._advanced_at >= every:
+            self.flush_advance()
+
+    def flush_advance(self) -> None:
+        """Advance the slot to what :meth:`advance_soon` acknowledged."""
+        if self._pending is not None:
+            self.advance(self._pending)
+            self._pending = None
+        self._advanced_at = time.monotonic()
 
     def tag(self, origin: int) -> bytes | None:
         """The LCR tag of a transaction from its replication origin (None for origin 0).

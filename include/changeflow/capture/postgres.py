@@ -10,7 +10,9 @@ version 2; ``docs/postgres.md`` explains the choice). One run repeats:
 3. write a queue batch and commit it under the dedup key
    ``pgcapture:<name>:<end lsn>`` *together with* the capture's position (the end LSN
    of the last transaction) in one state-store transaction;
-4. only then advance the slot (``pg_replication_slot_advance``).
+4. only then advance the slot (``pg_replication_slot_advance``); reading a copy of
+   the slot (the read-ahead or a stream), at most every ``ADVANCE_EVERY`` seconds and
+   at the end of the run, since the copy, not the slot, is what is read.
 
 A crash before 3 re-reads the same changes; a crash between 3 and 4 leaves the slot
 behind the recorded position, and the next run first advances the slot to it and
@@ -50,6 +52,9 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 RuleFilter = Callable[["DataFrame"], "DataFrame"]
+# Reading a copy of its slot (stream or read-ahead), a capture advances the slot itself
+# at most this often, and at the end of the run (SlotReader.advance_soon).
+ADVANCE_EVERY = 10.0
 CP = schema.capture_progress
 
 
@@ -206,7 +211,9 @@ def capture_step(
     Returns how many rows the slot gave.
     """
     src = pg_source(spec)
+    copied = rows is not None
     if rows is None:
+        reader.flush_advance()  # a peek reads from where the slot stands
         rows = reader.peek(src.batch_changes)
     if not rows.rows:
         return 0
@@ -215,7 +222,7 @@ def capture_step(
     gc.disable()
     try:
         return _capture_rows(reader, rt, queue, spec, result, rows, spark, rule_filter, check,
-                             lease)
+                             lease, copied)
     finally:
         gc.enable()
 
@@ -224,7 +231,7 @@ def _capture_rows(
     reader: SlotReader, rt: SiteRuntime, queue: str, spec: CaptureSpec,
     result: PgCaptureResult, rows: pg_decode.Peek,
     spark: SparkSession | None, rule_filter: RuleFilter | None, check: BatchCheck | None = None,
-    lease: Lease | None = None,
+    lease: Lease | None = None, copied: bool = False,
 ) -> int:
     src = pg_source(spec)
     done = recorded_position(rt, spec) or 0
@@ -244,7 +251,10 @@ def _capture_rows(
         result.messages += _enqueue(rt, queue, spec, table, last, check, lease)
         result.batches += 1
         result.last_lsn = pg_decode.int_to_lsn(last)
-    reader.advance(last)
+    if copied:  # read from a copy: the slot itself only holds WAL back
+        reader.advance_soon(last, ADVANCE_EVERY)
+    else:
+        reader.advance(last)
     return rows.rows
 
 
@@ -384,6 +394,7 @@ def run_pg_capture(
         finally:
             if stream is not None:
                 stream.close()
+        reader.flush_advance()
     result.seconds = time.monotonic() - started
     log.info("capture %s: %s messages in %s batches (%.0f/s), last lsn %s", name,
              result.messages, result.batches, result.rate, result.last_lsn)
