@@ -31,6 +31,7 @@ from typing import TYPE_CHECKING, Any
 
 from sqlalchemy import delete, select
 
+from changeflow.apply import lookup_arrow
 from changeflow.apply.config import ConflictHandlerSpec
 from changeflow.apply.errorq import FailedTxn
 from changeflow.apply.images import ORDER
@@ -117,10 +118,23 @@ def check_columns(handler: ConflictHandlerSpec, table_columns: list[str] | None)
 
 # -- detection ---------------------------------------------------------------------------
 def lookup(spark: SparkSession, table: TargetTable, files: list[FileEntry], keys: DataFrame,
-           columns: list[str]) -> DataFrame:
-    """The raw (unresolved) rows of the given files whose key is in ``keys``."""
+           columns: list[str], *, max_keys: int | None = None, arrow: bool = True
+           ) -> DataFrame:
+    """The raw (unresolved) rows of the given files whose key is in ``keys``.
+
+    Local files are read on the driver with Arrow when that gives exactly what Spark's
+    scan and semi-join give (:mod:`.lookup_arrow`); else Spark does it.
+
+    Args:
+        max_keys: an upper bound of the number of keys, when known.
+        arrow: whether the Arrow path may be taken.
+    """
     from pyspark.sql import functions as F
 
+    if arrow:
+        fast = lookup_arrow.lookup(spark, table, files, keys, columns, max_keys=max_keys)
+        if fast is not None:
+            return fast
     raw = read_files(spark, table, files, columns=[c for c in columns
                                                    if c not in table.key_columns])
     return raw.join(F.broadcast(keys), table.key_columns, "left_semi")

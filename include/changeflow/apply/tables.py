@@ -101,8 +101,9 @@ class TablePlan:
         needed = self.compare + [h.resolution_column for h in self.handlers
                                  if h.resolution_column and h.resolution_column
                                  not in self.compare]
+        # An UPDATE that moves its key has two keys: at most twice as many keys as LCRs.
         self.matched = self._cache(conflicts.lookup(self.spark, self.table, self.old_files,
-                                                    keys, needed))
+                                                    keys, needed, max_keys=2 * self.n_lcrs))
         partial_files = any(f.kind == "pdelta" for f in self.old_files)
         self.current = self._cache(conflicts.current_of(self.matched, self.table, needed,
                                                         partial=partial_files))
