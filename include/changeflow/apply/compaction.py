@@ -10,6 +10,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from changeflow import fs
+from changeflow.apply import compaction_arrow
 from changeflow.apply.target import (
     BUCKET,
     FileEntry,
@@ -85,12 +86,17 @@ _BROADCAST_DELTAS = 64 << 20
 
 def compact(
     spark: SparkSession, catalog: TargetCatalog, name: str, *, ratio: float = 0.5,
-    max_deltas: int = 8,
+    max_deltas: int = 8, arrow: bool = True,
 ) -> list[int]:
     """Merge the files of the buckets that need it into base files (a few per bucket).
 
-    Only those buckets' files are read and rewritten. The swap is one state-store
-    transaction; replaced files are deleted after it. Returns the compacted buckets.
+    Only those buckets' files are read and rewritten: on the driver with Arrow when the
+    files are local and that gives exactly Spark's rows (:mod:`.compaction_arrow`, one
+    file per bucket), else with Spark. The swap is one state-store transaction; replaced
+    files are deleted after it. Returns the compacted buckets.
+
+    Args:
+        arrow: whether the Arrow path may be taken.
     """
     import uuid
 
@@ -102,8 +108,11 @@ def compact(
     if not todo:
         return []
     old = [f for f in files if f.bucket in todo]
-    rows, laid_out = compacted(spark, table, old)
-    new, _ = write_files(spark, table, rows, "base", uuid.uuid4().hex[:12], laid_out=laid_out)
+    tag = uuid.uuid4().hex[:12]
+    new = compaction_arrow.write_compacted(spark, table, old, tag) if arrow else None
+    if new is None:
+        rows, laid_out = compacted(spark, table, old)
+        new, _ = write_files(spark, table, rows, "base", tag, laid_out=laid_out)
     with catalog.store.begin() as conn:
         catalog.commit(conn, table, new, remove=[f.path for f in old])
     for f in old:
