@@ -149,3 +149,23 @@ def test_a_failed_read_hands_over_nothing_and_the_capture_peeks_on(
     assert got.messages == 200 and got.prefetched == 1 and got.batches >= 4
     msgs = _messages(cfg, "strm.qa@s1")
     assert len(msgs) == 200 and len({m["msg_id"] for m in msgs}) == 200
+
+
+def test_a_read_joined_out_of_order_is_refused_and_the_capture_peeks(
+        pg: Any, workdir: Path, pipeline_file: Any, monkeypatch: Any) -> None:
+    """The read's aggregates have no ORDER BY; their order is checked instead. A read
+    the server joined in another order (here: made to, in reverse) is not used."""
+    from changeflow.capture import pg_prefetch
+
+    cfg, src = _setup(pg, workdir, pipeline_file, monkeypatch)
+    _workload(pg, src)
+    scan = "pg_logical_slot_get_changes(%s, NULL, %s, VARIADIC %s::text[])\n" \
+           "     WITH ORDINALITY AS c(lsn, xid, data, n)"
+    assert scan in pg_prefetch._GET_SQL
+    monkeypatch.setattr(pg_prefetch, "_GET_SQL", pg_prefetch._GET_SQL.replace(
+        scan, f"(SELECT * FROM {scan} ORDER BY n DESC) AS c"))
+    got = run_pg_capture(None, cfg, "cap_a")
+    assert got.messages == 200 and got.prefetched == 0 and got.batches >= 4
+    assert run_pg_capture(None, cfg, "cap_b", read_ahead=False).messages == 200
+    same_lcrs_and_positions(pg, cfg, src)
+    assert _no_copies(pg, src, cfg)
