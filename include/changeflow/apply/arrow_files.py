@@ -8,7 +8,11 @@ that, and raise :class:`Unproven` otherwise (the caller then takes the Spark pat
 * the file must be a local file and Spark must run on this machine (:func:`local_paths`);
 * each column must have the Arrow type Spark writes for its Spark type (an INT96
   timestamp or an ``int`` where the table says ``bigint`` would be converted by Spark);
-* a name that differs only in case is refused (Spark matches names case-insensitively).
+* a name that differs only in case is refused (Spark matches names case-insensitively);
+* the file must say it was written by Spark 3 or later without legacy dates
+  (:data:`SPARK_VERSION_KEY`; changeflow's Arrow writers say so too, see
+  :func:`spark_metadata`): for other files Spark may rebase dates and timestamps before
+  1582 or 1900 from the hybrid calendar, which Arrow does not.
 
 A file without a column (written before the column was added) gives NULLs, as Spark's
 read with the table schema does.
@@ -27,6 +31,11 @@ if TYPE_CHECKING:
     import pyarrow.parquet as pq
     from pyspark.sql import SparkSession
     from pyspark.sql.types import StructType
+
+
+# Key-value metadata by which Spark knows a Parquet file was written by Spark (and how).
+SPARK_VERSION_KEY = "org.apache.spark.version"
+_LEGACY_KEYS = (b"org.apache.spark.legacyDateTime", b"org.apache.spark.legacyINT96")
 
 
 class Unproven(Exception):  # noqa: N818  (not an error: a reason to take the Spark path)
@@ -136,6 +145,12 @@ def member_mask(table: pa.Table, keys: pa.Table, key_columns: list[str]) -> pa.A
     return mask
 
 
+def spark_metadata(spark_version: str) -> dict[str, str]:
+    """What an Arrow writer puts in a file so that Spark reads its dates and timestamps
+    as they are (proleptic Gregorian, as Arrow writes them), as it reads its own."""
+    return {SPARK_VERSION_KEY: spark_version}
+
+
 def open_checked(path: str, want: pa.Schema, required: list[str]
                  ) -> tuple[pq.ParquetFile, list[str]]:
     """A file opened for reading and the wanted columns it holds, once they are checked.
@@ -147,6 +162,10 @@ def open_checked(path: str, want: pa.Schema, required: list[str]
     import pyarrow.parquet as pq
 
     pf = pq.ParquetFile(path)
+    meta = pf.metadata.metadata or {}
+    major = meta.get(SPARK_VERSION_KEY.encode(), b"").decode().split(".")[0]
+    if not major.isdigit() or int(major) < 3 or any(k in meta for k in _LEGACY_KEYS):
+        raise Unproven(f"{path}: not written by Spark 3 or later with proleptic dates")
     present = columns_to_read(pf.schema_arrow, want)
     if present is None or not all(k in present for k in required):
         raise Unproven(f"{path}: a column is held differently than Spark writes it")

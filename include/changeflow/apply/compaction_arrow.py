@@ -7,7 +7,7 @@ the result: about three rewrites' worth of work for one. Here each bucket is one
 of a thread pool on the driver: its files are read once with Arrow, the base rows of
 keys no delta names are kept as they are, the others are resolved with the deltas'
 images by a sort (newest image per key, tombstones dropped), and the bucket is written
-as one base file.
+as one base file, marked as Spark marks its own (so Spark reads its dates as written).
 
 The result is the Spark path's rows, or nothing: :func:`write_compacted` returns None
 (and writes nothing that stays) whenever it cannot show that: besides what
@@ -100,11 +100,12 @@ def _read(path: str, want: pa.Schema, keys: list[str]) -> pa.Table:
     return af.as_wanted(pf.read(columns=present, use_threads=False), want)
 
 
-def _bucket_task(table: TargetTable, want: pa.Schema, root: str, tag: str
+def _bucket_task(table: TargetTable, want: pa.Schema, root: str, tag: str, spark_version: str
                  ) -> Callable[[tuple[int, list[tuple[FileEntry, str]]]], FileEntry]:
     import pyarrow.parquet as pq
 
     keys = table.key_columns
+    meta = af.spark_metadata(spark_version)
 
     def one(item: tuple[int, list[tuple[FileEntry, str]]]) -> FileEntry:
         bucket, entries = item
@@ -114,7 +115,7 @@ def _bucket_task(table: TargetTable, want: pa.Schema, root: str, tag: str
         folder = os.path.join(root, f"_cf_bucket={bucket}")
         os.makedirs(folder, exist_ok=True)
         path = os.path.join(folder, f"part-00000-{tag}.c000.snappy.parquet")
-        pq.write_table(rows, path, compression="snappy")
+        pq.write_table(rows.replace_schema_metadata(meta), path, compression="snappy")
         return FileEntry(f"file:{path}", bucket, table.version + 1, "base",
                          os.path.getsize(path))
 
@@ -146,7 +147,8 @@ def write_compacted(spark: SparkSession, table: TargetTable, files: list[FileEnt
     workers = max(1, min(len(buckets), os.cpu_count() or 1))
     try:
         with ThreadPoolExecutor(max_workers=workers) as pool:
-            return list(pool.map(_bucket_task(table, want, root, tag), sorted(buckets.items())))
+            return list(pool.map(_bucket_task(table, want, root, tag, spark.version),
+                                 sorted(buckets.items())))
     except (af.Unproven, pa.ArrowInvalid, pa.ArrowNotImplementedError,
             pa.ArrowTypeError) as exc:
         shutil.rmtree(root, ignore_errors=True)

@@ -10,6 +10,7 @@ from typing import Any
 import pytest
 
 from changeflow.apply import conflicts, lookup_arrow
+from changeflow.apply.arrow_files import spark_metadata
 from changeflow.apply.engine import apply_once
 from changeflow.apply.target import FileEntry, TargetTable
 from changeflow.config import load_config
@@ -103,11 +104,23 @@ def test_the_spark_path_when_the_arrow_path_cannot_show_it_is_exact(spark, tmp_p
     keys = spark.createDataFrame([(1,), (2,)], "id bigint")
     assert lookup_arrow.lookup(spark, table, files, keys, ["name"]) is not None
 
-    def odd(name: str, column: str, values: Any) -> list[FileEntry]:
+    def odd(name: str, column: str, values: Any, *, spark_version: str | None = "4.0.0"
+            ) -> list[FileEntry]:
         path = tmp_path / f"{name}.parquet"
-        pq.write_table(pa.table({"id": pa.array([1], pa.int64()), column: values}), path)
+        data = pa.table({"id": pa.array([1], pa.int64()), column: values})
+        if spark_version is not None:
+            data = data.replace_schema_metadata(spark_metadata(spark_version))
+        pq.write_table(data, path)
         return [*files, FileEntry(f"file:{path}", 0, 9, "delta", 1)]
 
+    # a file of the right types that says Spark 3+ wrote it: read with Arrow
+    assert lookup_arrow.lookup(spark, table, odd("fine", "name", pa.array(["x"])), keys,
+                               ["name"]) is not None
+    # not written by Spark, or by Spark 2 (dates of another calendar)
+    for version in (None, "2.4.8"):
+        assert lookup_arrow.lookup(spark, table, odd("plain", "name", pa.array(["x"]),
+                                                     spark_version=version),
+                                   keys, ["name"]) is None
     # a type Spark would convert on read (decimal as an integer), a name in another case
     assert lookup_arrow.lookup(spark, table, odd("int", "sal", pa.array([1])), keys,
                                ["sal"]) is None
