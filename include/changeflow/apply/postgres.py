@@ -41,6 +41,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
+from changeflow import arrowpool
 from changeflow.apply import enqueue as enq
 from changeflow.apply import errorq
 from changeflow.apply.conflicts import effective_handlers
@@ -165,6 +166,7 @@ def apply_pg_once(
             an unknown column (nothing applied).
     """
     started = time.monotonic()
+    arrowpool.use_jemalloc()
     open_pipeline(cfg)
     spec: ApplySpec = cfg.component("apply", name)
     if spec.target is None:

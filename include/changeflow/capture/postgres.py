@@ -32,7 +32,7 @@ from typing import TYPE_CHECKING, Any
 
 from sqlalchemy import select
 
-from changeflow import faults
+from changeflow import arrowpool, faults
 from changeflow.capture import pg_arrow, pg_decode, pg_lcr
 from changeflow.capture.pg_prefetch import SlotPrefetch, open_prefetch
 from changeflow.capture.pg_source import SlotReader
@@ -350,6 +350,7 @@ def run_pg_capture(
             terminal errors with guidance in their message.
     """
     started = time.monotonic()
+    arrowpool.use_jemalloc()
     open_pipeline(cfg)
     spec: CaptureSpec = cfg.component("capture", name)
     source = pg_source(spec)
