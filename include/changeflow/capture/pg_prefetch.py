@@ -39,7 +39,7 @@ from __future__ import annotations
 import contextlib
 import queue
 import threading
-from typing import Any
+from typing import Any, TypeVar
 
 from changeflow.capture import pg_arrow
 from changeflow.capture.pg_decode import Peek
@@ -50,23 +50,27 @@ FETCH_BATCHES, FETCH_ROWS = 8, 400_000
 # The prefetch session's work_mem: a read's documents (~100-300 bytes each) stay in
 # memory on the server instead of going through a temporary file.
 WORK_MEM = "128MB"
-_COMMIT = """left(data, 13) = '{"action":"C"'"""
+_COMMIT = """starts_with(data, '{"action":"C"')"""
 # The peek's query (pg_source._PEEK_SQL), consuming the temporary copy, with each
 # document's length and each commit's ordinal: where to cut the text into batches. The
 # aggregates have no ORDER BY: PostgreSQL would sort the read once per aggregate (the
 # server read 183k documents/s with them, 227k/s without). All of them take the rows in
 # the order the function scan returns them, which the last column shows: a read whose
-# ordinals are not 1, 2, 3... is refused (:func:`in_order`).
+# ordinals are not 1, 2, 3... is refused (:func:`in_order`). From a UTF-8 database the
+# text comes as its bytes (client encoding SQL_ASCII: no conversion, no decoding), cut by
+# ``octet_length``, which the server reads from the value's header instead of counting
+# characters (with ``starts_with`` for the commits: 210k -> 231k documents/s).
 _GET_SQL = f"""
 SELECT string_agg(data, ','),
        array_agg((lsn - '0/0'::pg_lsn)::bigint) FILTER (WHERE {_COMMIT}),
        count(*),
-       array_agg(length(data)),
+       array_agg(LENGTH(data)),
        array_agg(n) FILTER (WHERE {_COMMIT}),
        array_agg(n)
 FROM pg_logical_slot_get_changes(%s, NULL, %s, VARIADIC %s::text[])
      WITH ORDINALITY AS c(lsn, xid, data, n)
 """
+_T = TypeVar("_T", str, bytes)
 _DONE = object()  # the fetch thread's last item when it ended without an error
 
 
@@ -78,11 +82,12 @@ def in_order(ordinals: list[int] | None, rows: int) -> bool:
     return bool(got.size == rows and np.array_equal(got, np.arange(1, rows + 1)))
 
 
-def split(text: str, lsns: list[int], rows: int, lengths: list[int], commits: list[int],
-          batch_rows: int) -> list[tuple[str, list[int], int]]:
+def split(text: _T, lsns: list[int], rows: int, lengths: list[int], commits: list[int],
+          batch_rows: int) -> list[tuple[_T, list[int], int]]:
     """Cut one read into ``(text, commit LSNs, documents)`` batches as peeks of
     ``batch_rows`` would have returned them: a batch ends at the first commit at or past
-    ``batch_rows`` documents. ``lengths`` are the documents' lengths, ``commits`` the
+    ``batch_rows`` documents. ``lengths`` are the documents' lengths (in the text's
+    units: characters of a str, bytes of bytes), ``commits`` the
     1-based ordinals of the commit documents. What follows the last commit (messages
     outside a transaction) stays with the last batch; if the lengths do not add up to
     the text (an encoding that counts otherwise) the read stays one batch.
@@ -140,6 +145,7 @@ class SlotPrefetch(CopyReader):
         # one read's batches, waiting for Arrow: the server reads on meanwhile
         self._raw: queue.Queue[Any] = queue.Queue(maxsize=FETCH_BATCHES + 2)
         self._fetcher: threading.Thread | None = None
+        self._sql = _GET_SQL.replace("LENGTH(", "length(")  # characters, of str
 
     # -- life cycle ------------------------------------------------------------------
     def start(self) -> SlotPrefetch:
@@ -158,6 +164,9 @@ class SlotPrefetch(CopyReader):
             self._conn.execute("SELECT pg_copy_logical_replication_slot(%s, %s, true)",
                                (self.slot, self.copy))
             self._conn.execute(f"SET work_mem = '{WORK_MEM}'")
+            if self._conn.info.parameter_status("server_encoding") == "UTF8":
+                self._conn.execute("SET client_encoding TO 'SQL_ASCII'")
+                self._sql = _GET_SQL.replace("LENGTH(", "octet_length(")
         except (psycopg.Error, Exception) as exc:
             self.close()
             text = str(exc).strip()
@@ -192,7 +201,7 @@ class SlotPrefetch(CopyReader):
         end: object = _DONE
         try:
             while not self._stop.is_set():
-                row = self._conn.execute(_GET_SQL, (self.copy, self.fetch_rows,
+                row = self._conn.execute(self._sql, (self.copy, self.fetch_rows,
                                                     self.options)).fetchone()
                 if row is None or not row[2]:
                     if not self.follow:
@@ -202,7 +211,7 @@ class SlotPrefetch(CopyReader):
                 if not in_order(row[5], int(row[2])):
                     raise StreamError("the server joined a read's documents out of slot "
                                       "order")
-                for text, lsns, n in split(row[0] or "", [int(x) for x in row[1] or []],
+                for text, lsns, n in split(row[0] or b"", [int(x) for x in row[1] or []],
                                            int(row[2]), row[3] or [], row[4] or [],
                                            self.batch_rows):
                     if not self._queue_raw((text, lsns, n)):

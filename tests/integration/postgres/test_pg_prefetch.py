@@ -169,3 +169,29 @@ def test_a_read_joined_out_of_order_is_refused_and_the_capture_peeks(
     assert run_pg_capture(None, cfg, "cap_b", read_ahead=False).messages == 200
     same_lcrs_and_positions(pg, cfg, src)
     assert _no_copies(pg, src, cfg)
+
+
+def test_multibyte_text_is_read_as_bytes_and_cut_by_its_bytes(
+        pg: Any, workdir: Path, pipeline_file: Any, monkeypatch: Any) -> None:
+    """From a UTF-8 database a read comes as bytes and is cut by ``octet_length``:
+    with characters of two to four bytes, counting characters would cut elsewhere."""
+    from changeflow.capture.pg_source import SlotReader
+
+    cfg, src = _setup(pg, workdir, pipeline_file, monkeypatch)
+    for i in range(20):  # 20 transactions of 10 changes, as _workload, multibyte values
+        pg.sql(src, "BEGIN; " + "".join(
+            f"INSERT INTO t VALUES ({i * 10 + k}, 'é{i}日本🙂{k}', {k}.25); " for k in range(8))
+            + f"UPDATE t SET v = 'ü€' WHERE id = {i * 10}; DELETE FROM t WHERE id = {i * 10 + 1};"
+            " COMMIT")
+    spec = cfg.component("capture", "cap_a")
+    with pg.connect(src) as conn:
+        options = SlotReader(conn, spec.source, "cap_a").options()
+    with SlotPrefetch(os.environ[spec.source.url_env], spec.source.slot, options,
+                      batch_rows=70, follow=False).start() as ahead:
+        first = ahead.next()
+    assert first is not None and isinstance(first.text, bytes)
+    assert "日本🙂".encode() in first.text and first.rows < 200
+    got = run_pg_capture(None, cfg, "cap_a")
+    assert got.prefetched == got.batches >= 4
+    assert run_pg_capture(None, cfg, "cap_b", read_ahead=False).messages == got.messages == 200
+    same_lcrs_and_positions(pg, cfg, src)
