@@ -164,7 +164,10 @@ class SlotPrefetch(CopyReader):
             self._conn.execute("SELECT pg_copy_logical_replication_slot(%s, %s, true)",
                                (self.slot, self.copy))
             self._conn.execute(f"SET work_mem = '{WORK_MEM}'")
-            if self._conn.info.parameter_status("server_encoding") == "UTF8":
+            # (with options of ASCII only: how str parameters are sent under SQL_ASCII is
+            # psycopg's choice, so a non-ASCII table name keeps the text path)
+            if self._conn.info.parameter_status("server_encoding") == "UTF8" and all(
+                    o.isascii() for o in self.options):
                 self._conn.execute("SET client_encoding TO 'SQL_ASCII'")
                 self._sql = _GET_SQL.replace("LENGTH(", "octet_length(")
         except (psycopg.Error, Exception) as exc:

@@ -191,6 +191,16 @@ def test_multibyte_text_is_read_as_bytes_and_cut_by_its_bytes(
         first = ahead.next()
     assert first is not None and isinstance(first.text, bytes)
     assert "日本🙂".encode() in first.text and first.rows < 200
+    # options psycopg cannot send as ASCII keep the text path: cut by characters, the same
+    wide = [o + ",public.tñ" if prev == "add-tables" else o
+            for prev, o in zip([None, *options[:-1]], options, strict=True)]
+    assert wide != options
+    with SlotPrefetch(os.environ[spec.source.url_env], spec.source.slot, wide,
+                      batch_rows=70, follow=False).start() as ahead:
+        as_text = ahead.next()
+    assert as_text is not None and isinstance(as_text.text, str)
+    assert (as_text.text.encode(), as_text.commit_lsns, as_text.rows) == (
+        first.text, first.commit_lsns, first.rows)
     got = run_pg_capture(None, cfg, "cap_a")
     assert got.prefetched == got.batches >= 4
     assert run_pg_capture(None, cfg, "cap_b", read_ahead=False).messages == got.messages == 200
