@@ -29,6 +29,7 @@ CONSUMER = textwrap.dedent("""
     while (m := s.dequeue("app.q", wait=0.5)) is not None:
         s.commit()
         print(m.msg_id, flush=True)
+        time.sleep(0.002)  # the consumer's work, outside any transaction
 """)
 
 
