@@ -11,8 +11,8 @@ from typing import TYPE_CHECKING, Any
 
 from changeflow import faults, fs, quality
 from changeflow import lcr as contract
+from changeflow.apply import delta_arrow, errorq, positions, survey
 from changeflow.apply import enqueue as enq
-from changeflow.apply import errorq, positions, survey
 from changeflow.apply.conflicts import check_columns, effective_handlers
 from changeflow.apply.ddl_parquet import DdlPlan
 from changeflow.apply.errorq import FailedTxn
@@ -38,6 +38,10 @@ if TYPE_CHECKING:
     from changeflow.state.leases import Lease
 
 log = logging.getLogger(__name__)
+
+# Whether a pass writes its deltas on the driver with Arrow when it can
+# (:mod:`.delta_arrow`); tests turn it off to compare with the Spark path.
+ARROW_WRITES = True
 
 
 class Pass:
@@ -307,7 +311,12 @@ class Pass:
         def one(plan: TablePlan) -> TargetWrite:
             rows = plan.images(plan.table.version + 1, apply_tag, excluded)
             kind = "pdelta" if plan.partial or plan.folded_partial else "delta"
-            files, n = write_files(self.spark, plan.table, rows, kind, tag)
+            # at most two effects per LCR (a key-moving UPDATE), plus resolved conflicts
+            bound = 2 * plan.n_lcrs + len(plan.folded)
+            got = delta_arrow.write(self.spark, plan.table, rows, kind, tag, max_rows=bound) \
+                if ARROW_WRITES else None
+            files, n = got if got is not None else write_files(self.spark, plan.table, rows,
+                                                                kind, tag)
             return TargetWrite(plan.table, files, plan.before_rows(),
                                plan.expected(excluded) if self.cfg.quality.enabled else None,
                                self._rows_before(plan), n)
