@@ -30,12 +30,16 @@ from typing import TYPE_CHECKING, Any
 from changeflow import lcr
 from changeflow.apply.target import META, FileEntry, TargetCatalog, TargetTable, resolve
 from changeflow.config import PipelineConfig
-from changeflow.quality import quarantine, results
+from changeflow.quality import quarantine, results, target_arrow
 from changeflow.quality.policy import QualityError, QualityReport, blocking_policy, log_warnings
 from changeflow.quality.validator import validate
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
+
+# Whether the rollup of a local target's changes is computed with Arrow on the driver when
+# it can be shown to be the Spark path's (:mod:`.target_arrow`); tests turn it off.
+ARROW = True
 
 
 @dataclass
@@ -67,8 +71,9 @@ def _after(spark: SparkSession, w: TargetWrite) -> DataFrame:
     """Per changed key, the newest image after the commit (tombstones kept)."""
     keys = w.table.key_columns
     cols = [*keys, *META]
-    new = spark.read.schema(w.table.spark_schema()).parquet(*[f.path for f in w.files]) \
-        .select(*cols)
+    schema = w.table.spark_schema()
+    new = (spark.read.schema(schema).parquet(*[f.path for f in w.files]) if w.files
+           else spark.createDataFrame([], schema)).select(*cols)
     raw = new if w.before is None else w.before.select(*cols).unionByName(new)
     return resolve(raw, keys, keep_deleted=True)
 
@@ -111,8 +116,8 @@ def _column_types(spark: SparkSession, w: TargetWrite) -> list[dict[str, Any]]:
     return out
 
 
-def _rollup(spark: SparkSession, w: TargetWrite) -> tuple[dict[str, Any], DataFrame | None,
-                                                          list[dict[str, Any]]]:
+def _rollup(spark: SparkSession, w: TargetWrite) -> tuple[
+        dict[str, Any], DataFrame | target_arrow.ArrowFacts | None, list[dict[str, Any]]]:
     """The table's row of the ``target_changes`` facts, its key facts and column types."""
     from pyspark.sql import functions as F
 
@@ -125,6 +130,11 @@ def _rollup(spark: SparkSession, w: TargetWrite) -> tuple[dict[str, Any], DataFr
         "rows_after": w.rows_before, "expected_after": w.rows_before}
     if w.expected is None:
         return row, None, types
+    fast = target_arrow.rollup(spark, w) if ARROW else None
+    if fast is not None:
+        counts, table = fast
+        return _counted(row, w, counts), target_arrow.ArrowFacts(table, w.table.key_columns), \
+            types
     facts = key_facts(spark, w)
     bad = lambda c: F.sum((~F.col(c)).cast("long"))  # noqa: E731
     n = facts.agg(
@@ -136,13 +146,16 @@ def _rollup(spark: SparkSession, w: TargetWrite) -> tuple[dict[str, Any], DataFr
         F.sum((~F.col("expected") & F.col("before")).cast("long")).alias("edels"),
     ).first()
     assert n is not None
-    ins, dels = int(n.ins or 0), int(n.dels or 0)
-    w.rows_after = w.rows_before + ins - dels
-    row.update(keys=int(n["keys"]), key_not_null_violations=int(n.nn or 0),
-               key_unique_violations=int(n.uq or 0), as_applied_violations=int(n.aa or 0),
-               inserts=ins, deletes=dels, rows_after=w.rows_after,
-               expected_after=w.rows_before + int(n.eins or 0) - int(n.edels or 0))
-    return row, facts, types
+    return _counted(row, w, {k: int(n[k] or 0) for k in n.asDict()}), facts, types
+
+
+def _counted(row: dict[str, Any], w: TargetWrite, n: dict[str, int]) -> dict[str, Any]:
+    """The table's facts row from the aggregate's counts; sets ``w.rows_after``."""
+    w.rows_after = w.rows_before + n["ins"] - n["dels"]
+    row.update(keys=n["keys"], key_not_null_violations=n["nn"], key_unique_violations=n["uq"],
+               as_applied_violations=n["aa"], inserts=n["ins"], deletes=n["dels"],
+               rows_after=w.rows_after, expected_after=w.rows_before + n["eins"] - n["edels"])
+    return row
 
 
 _SCHEMA = ("table_name string, keys long, key_not_null_violations long, "
@@ -179,7 +192,9 @@ def check_target(
         QualityError: a blocking check failed; the delta files were quarantined and the
             manifests were not committed.
     """
-    writes = [w for w in writes if w.files]
+    # A table is checked when the pass wrote to it or its LCRs say what it should hold:
+    # a delta that lost every row (an empty write) must not pass unchecked.
+    writes = [w for w in writes if w.files or w.expected is not None]
     if not writes or not cfg.quality.enabled:
         return None
     started = time.monotonic()
@@ -209,8 +224,9 @@ def check_target(
     return report
 
 
-def _samples(check: str, parts: list[tuple[dict[str, Any], DataFrame | None,
-                                          list[dict[str, Any]]]], k: int) -> list[dict[str, Any]]:
+def _samples(check: str, parts: list[tuple[
+        dict[str, Any], DataFrame | target_arrow.ArrowFacts | None, list[dict[str, Any]]]],
+             k: int) -> list[dict[str, Any]]:
     """Sample offenders of a failed check (keys, columns or the table's counts)."""
     out: list[dict[str, Any]] = []
     for row, facts, types in parts:
@@ -219,6 +235,9 @@ def _samples(check: str, parts: list[tuple[dict[str, Any], DataFrame | None,
         elif check == "target_rows_reconcile" and row["rows_after"] != row["expected_after"]:
             out.append({k2: row[k2] for k2 in ("table_name", "rows_before", "inserts",
                                                "deletes", "rows_after", "expected_after")})
+        elif check in _KEY_CHECKS and isinstance(facts, target_arrow.ArrowFacts):
+            out += target_arrow.samples(facts.table, row["table_name"], facts.keys,
+                                        _KEY_CHECKS[check], k)
         elif check in _KEY_CHECKS and facts is not None:
             bad = facts.where(f"NOT {_KEY_CHECKS[check]}").limit(k).collect()
             out += [r.asDict() for r in bad]
@@ -226,8 +245,12 @@ def _samples(check: str, parts: list[tuple[dict[str, Any], DataFrame | None,
 
 
 def _quarantine(spark: SparkSession, catalog: TargetCatalog, writes: Sequence[TargetWrite],
-                report: QualityReport) -> str:
-    """Move every table's delta directory to quarantine. Returns the quarantine root used."""
+                report: QualityReport) -> str | None:
+    """Move every table's delta directory to quarantine. Returns the quarantine root used
+    (None: no table was written to)."""
+    writes = [w for w in writes if w.files]  # a table the pass wrote nothing to has none
+    if not writes:
+        return None
     dests = []
     for w in writes:
         delta_dir = w.files[0].path.split("/_cf_bucket=", 1)[0]
