@@ -204,6 +204,34 @@ def detect(eff: DataFrame, current: DataFrame | None, table: TargetTable,
     return df.withColumn("_x_bad", trouble)
 
 
+def troubled_keys(eff: DataFrame, current: DataFrame | None, table: TargetTable,
+                  compare: list[str], *, detect_conflicts: bool) -> DataFrame:
+    """The distinct keys whose effects do not all take the fast path.
+
+    :func:`detect` over only the columns it reads (keys, run order, kind, absent
+    columns, compared columns with their old values), so the join and the sort carry
+    narrow rows. A key is troubled when one of its effects is ``_x_bad`` (then all are)
+    or ``_x_skip`` (the key's only effect, else it would be bad): the fast path is the
+    effects of every other key, whole (:func:`by_keys`).
+    """
+    from pyspark.sql import functions as F
+
+    olds = [x for c in compare for x in (c, f"_o_{c}", f"_h_{c}")]
+    cols = dict.fromkeys([*table.key_columns, *ORDER, "_e_kind", "_e_absent", *olds])
+    det = detect(eff.select(*cols), current, table, compare, detect_conflicts=detect_conflicts)
+    return det.where(F.col("_x_bad") | F.col("_x_skip")).select(*table.key_columns).distinct()
+
+
+def by_keys(df: DataFrame, keys: DataFrame, key_columns: list[str], how: str) -> DataFrame:
+    """``df``'s rows whose key is (``left_semi``) or is not (``left_anti``) in the small
+    frame ``keys``; a NULL key matches a NULL key, as in :func:`detect`'s windows."""
+    from pyspark.sql import functions as F
+
+    k = keys.toDF(*[f"_k_{c}" for c in key_columns])
+    on = [df[c].eqNullSafe(k[f"_k_{c}"]) for c in key_columns]
+    return df.join(F.broadcast(k), on, how)
+
+
 # -- the exact fold ----------------------------------------------------------------------
 @dataclass
 class Folded:

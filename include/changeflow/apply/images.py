@@ -129,20 +129,20 @@ def effects(changes: DataFrame, table: TargetTable, compare: list[str], *,
         arr = F.array_compact(F.array(*flags))
         return F.when(F.size(arr) > 0, arr)
 
-    plain = changes.where(~moved)
-    parts = [
-        plain.where(cmd == "INSERT").select(*select("I", "new_values", "new_values", 0, None)),
-        plain.where(cmd == "UPDATE").select(*select("U", "old_or_new", "new_values", 0,
-                                                    missing("new_values"))),
-        plain.where(cmd == "DELETE").select(*select("D", "old_values", None, 0, None)),
-        changes.where(moved).select(*select("D", "old_values", None, 0, None)),
-        changes.where(moved).select(*select("I", "new_values", "moved", 1,
-                                            missing("new_values", "old_values"))),
-    ]
-    out = parts[0]
-    for p in parts[1:]:
-        out = out.unionByName(p)
-    return out
+    # One scan of the changes: each LCR gives an array of its effects (two for an UPDATE
+    # that moves its key), inlined into rows. A CASE evaluates only its chosen branch, so
+    # every LCR's maps are read once (a union of one select per kind read them five times).
+    one = F.struct  # an effect's columns, named as the output columns
+    per_lcr = (
+        F.when(moved, F.array(one(*select("D", "old_values", None, 0, None)),
+                              one(*select("I", "new_values", "moved", 1,
+                                          missing("new_values", "old_values")))))
+        .when(cmd == "INSERT", F.array(one(*select("I", "new_values", "new_values", 0, None))))
+        .when(cmd == "UPDATE", F.array(one(*select("U", "old_or_new", "new_values", 0,
+                                                   missing("new_values")))))
+        .when(cmd == "DELETE", F.array(one(*select("D", "old_values", None, 0, None))))
+    )
+    return changes.select(F.inline(per_lcr))
 
 
 def images(effects_df: DataFrame, table: TargetTable, seq: int, tag: bytes) -> DataFrame:

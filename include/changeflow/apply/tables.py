@@ -67,7 +67,8 @@ class TablePlan:
     skipped: int = 0
     folded: list[dict[str, Any]] = field(default_factory=list)
     keys: DataFrame | None = None  # the changed keys (cached), when looked up
-    _detected: DataFrame | None = None
+    _checked: bool = False
+    _troubled: DataFrame | None = None  # keys whose effects went to the fold, if any
     _cached: list[DataFrame] = field(default_factory=list)
 
     def prepare(self, changes: DataFrame) -> None:
@@ -131,32 +132,43 @@ class TablePlan:
         assert self.effects is not None
         eff = without(self.effects, self.spark, failed,
                       names=("_e_src", "_e_scn", "_e_txn"))
-        if self._detected is not None:
-            self._detected.unpersist()
-        self._detected = conflicts.detect(eff, self.current, self.table, self.compare,
-                                          detect_conflicts=self.detect).persist()
-        self._cached.append(self._detected)
-        assert self._detected is not None
+        self._checked, self._troubled = True, None
         if self.current is None and not self.detect:
             self.folded, self.resolved, self.skipped = [], 0, 0
             return {}
-        odd = self._detected.where(F.col("_x_bad") | F.col("_x_skip"))
-        rows = [r.asDict(recursive=True) for r in odd.collect()]
+        keys = self.table.key_columns
+        # Detection runs over narrow rows; only the troubled keys' effects (few, as a
+        # rule) are detected again whole, for the fold.
+        troubled = conflicts.troubled_keys(eff, self.current, self.table, self.compare,
+                                           detect_conflicts=self.detect)
+        found = troubled.toArrow()
+        rows: list[dict[str, Any]] = []
+        if found.num_rows:
+            self._troubled = self.spark.createDataFrame(found, schema=troubled.schema)
+            det = conflicts.detect(conflicts.by_keys(eff, self._troubled, keys, "left_semi"),
+                                   self.current, self.table, self.compare,
+                                   detect_conflicts=self.detect)
+            odd = det.where(F.col("_x_bad") | F.col("_x_skip"))
+            rows = [r.asDict(recursive=True) for r in odd.collect()]
         bad = [r for r in rows if r["_x_bad"]]
         out = conflicts.fold(bad, self.table, self.compare, self.handlers, commit_times)
         self.folded, self.resolved = out.effects, out.resolved
         self.skipped = out.skipped + len(rows) - len(bad)
         return out.failed
 
+    def _fast(self, failed: set[TxnId]) -> DataFrame:
+        """The effects that take the fast path (as they are), without ``failed``'s."""
+        assert self._checked and self.effects is not None
+        eff = without(self.effects, self.spark, failed, names=("_e_src", "_e_scn", "_e_txn"))
+        if self._troubled is None:
+            return eff
+        return conflicts.by_keys(eff, self._troubled, self.table.key_columns, "left_anti")
+
     def images(self, seq: int, tag: bytes, failed: set[TxnId]) -> DataFrame:
         """What to write: fast-path effects and folded ones, as images and tombstones."""
-        from pyspark.sql import functions as F
 
-        assert self._detected is not None
-        det = without(self._detected, self.spark, failed, names=("_e_src", "_e_scn", "_e_txn"))
-        fast = det.where(~F.col("_x_bad") & ~F.col("_x_skip"))
         cols = [*self.table.column_names, *images.E_META]
-        out = fast.select(*cols)
+        out = self._fast(failed).select(*cols)
         folded = [r for r in self.folded if TxnId(r["_e_src"], int(r["_e_scn"]), r["_e_txn"])
                   not in failed]
         if folded:
@@ -171,10 +183,7 @@ class TablePlan:
         from pyspark.sql import functions as F
 
         keys = self.table.key_columns
-        assert self._detected is not None
-        det = without(self._detected, self.spark, failed, names=("_e_src", "_e_scn", "_e_txn"))
-        applied = det.where(~F.col("_x_bad") & ~F.col("_x_skip")).select(
-            *keys, *images.ORDER, "_e_kind")
+        applied = self._fast(failed).select(*keys, *images.ORDER, "_e_kind")
         folded = [r for r in self.folded if TxnId(r["_e_src"], int(r["_e_scn"]), r["_e_txn"])
                   not in failed]
         if folded:
