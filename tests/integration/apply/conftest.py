@@ -28,6 +28,21 @@ queues:
 """
 
 
+def taken(monkeypatch: pytest.MonkeyPatch, owner: Any, name: str) -> list[bool]:
+    """Spy on an Arrow path's entry ``owner.name``: per call, whether it was taken
+    (returned something other than None, which sends the caller to the Spark path)."""
+    calls: list[bool] = []
+    real = getattr(owner, name)
+
+    def spy(*args: Any, **kwargs: Any) -> Any:
+        out = real(*args, **kwargs)
+        calls.append(out is not None)
+        return out
+
+    monkeypatch.setattr(owner, name, spy)
+    return calls
+
+
 def vals(**cols: Any) -> dict[str, Any]:
     """A value map: ``vals(id=1, name="x")`` -> ``{"ID": <typed>, "NAME": <typed>}``."""
     return {k.upper(): lcr.encode_value(v) if not isinstance(v, tuple) else

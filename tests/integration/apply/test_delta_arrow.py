@@ -12,6 +12,7 @@ from changeflow.apply import delta_arrow, lookup_arrow, passes
 from changeflow.apply.arrow_files import open_checked
 from changeflow.apply.target import BUCKET, FileEntry, TargetTable, bucket_expr, write_files
 
+from .conftest import taken as spy_on
 from .target_files import COLUMNS, DATA, image, new_table
 from .test_lookup_arrow import _cfg, _scenario
 
@@ -78,15 +79,7 @@ def test_it_declines_what_it_cannot_show(spark, tmp_path: Path) -> None:  # type
 
 def test_an_apply_gives_the_same_with_either_path(spark, enqueue, tmp_path,  # type: ignore[no-untyped-def]
                                                   monkeypatch) -> None:
-    taken: list[bool] = []
-    real = delta_arrow.write
-
-    def spy(*args: Any, **kwargs: Any) -> Any:
-        out = real(*args, **kwargs)
-        taken.append(out is not None)
-        return out
-
-    monkeypatch.setattr(delta_arrow, "write", spy)
+    taken = spy_on(monkeypatch, delta_arrow, "write")
     fast = _scenario(spark, _cfg(tmp_path / "fast"), enqueue)
     assert taken and all(taken)
     monkeypatch.setattr(passes, "ARROW_WRITES", False)

@@ -17,6 +17,7 @@ from changeflow.config import load_config
 from changeflow.sites import open_pipeline
 
 from .conftest import BASE, row, table_rows, vals
+from .conftest import taken as spy_on
 from .target_files import COLUMNS, DATA, image, new_table, write
 
 pytestmark = pytest.mark.spark
@@ -184,15 +185,7 @@ def _cfg(root: Path) -> Any:
 
 def test_an_apply_gives_the_same_with_either_path(spark, enqueue, tmp_path,  # type: ignore[no-untyped-def]
                                                   monkeypatch) -> None:
-    taken: list[bool] = []
-    real = lookup_arrow.lookup
-
-    def spy(*args: Any, **kwargs: Any) -> Any:
-        out = real(*args, **kwargs)
-        taken.append(out is not None)
-        return out
-
-    monkeypatch.setattr(lookup_arrow, "lookup", spy)
+    taken = spy_on(monkeypatch, lookup_arrow, "lookup")
     fast = _scenario(spark, _cfg(tmp_path / "fast"), enqueue)
     assert taken and all(taken)
     monkeypatch.setattr(lookup_arrow, "lookup", lambda *a, **k: None)

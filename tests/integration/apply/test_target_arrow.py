@@ -9,12 +9,14 @@ import pytest
 
 from changeflow.apply import delta_arrow
 from changeflow.apply.target import FileEntry, TargetTable, write_files
-from changeflow.quality import QualityError
+from changeflow.quality import QualityError, target_arrow
 from changeflow.quality import target as qt
-from changeflow.quality import target_arrow
 
+from .conftest import taken as spy_on
 from .target_files import COLUMNS, image, new_table
-from .test_target_quality import test_a_write_that_disagrees_with_the_lcrs_reaches_no_target
+from .test_target_quality import (
+    test_a_write_that_disagrees_with_the_lcrs_reaches_no_target as lossy_scenario,
+)
 
 pytestmark = pytest.mark.spark
 
@@ -107,19 +109,10 @@ def test_it_declines_what_it_cannot_show(spark, tmp_path: Path) -> None:  # type
 @pytest.mark.parametrize("arrow", [True, False])
 def test_a_lost_tombstone_is_caught_either_way(spark, make_cfg, enqueue, monkeypatch,  # type: ignore[no-untyped-def]
                                                arrow: bool) -> None:
-    taken: list[bool] = []
-    real = target_arrow.rollup
-
-    def spy(*args: Any, **kwargs: Any) -> Any:
-        out = real(*args, **kwargs)
-        taken.append(out is not None)
-        return out
-
-    monkeypatch.setattr(target_arrow, "rollup", spy)
+    taken = spy_on(monkeypatch, target_arrow, "rollup")
     monkeypatch.setattr(qt, "ARROW", arrow)
     monkeypatch.setattr(delta_arrow, "MAX_ROWS", delta_arrow.MAX_ROWS if arrow else 0)
-    test_a_write_that_disagrees_with_the_lcrs_reaches_no_target(spark, make_cfg, enqueue,
-                                                                 monkeypatch)
+    lossy_scenario(spark, make_cfg, enqueue, monkeypatch)
     if arrow:
         assert taken and all(taken), "the Arrow path was not taken"
     else:
