@@ -42,6 +42,7 @@ from changeflow.state import StateStore, utcnow
 from changeflow.state.schema_apply import conflict_handlers
 
 if TYPE_CHECKING:
+    import pyarrow as pa
     from pyspark.sql import DataFrame, SparkSession
 
 H = conflict_handlers
@@ -118,8 +119,8 @@ def check_columns(handler: ConflictHandlerSpec, table_columns: list[str] | None)
 
 # -- detection ---------------------------------------------------------------------------
 def lookup(spark: SparkSession, table: TargetTable, files: list[FileEntry], keys: DataFrame,
-           columns: list[str], *, max_keys: int | None = None, arrow: bool = True
-           ) -> DataFrame:
+           columns: list[str], *, max_keys: int | None = None, arrow: bool = True,
+           arrow_rows: list[pa.Table] | None = None) -> DataFrame:
     """The raw (unresolved) rows of the given files whose key is in ``keys``.
 
     Local files are read on the driver with Arrow when that gives exactly what Spark's
@@ -128,11 +129,13 @@ def lookup(spark: SparkSession, table: TargetTable, files: list[FileEntry], keys
     Args:
         max_keys: an upper bound of the number of keys, when known.
         arrow: whether the Arrow path may be taken.
+        arrow_rows: when given and the Arrow path is taken, its rows are appended to it.
     """
     from pyspark.sql import functions as F
 
     if arrow:
-        fast = lookup_arrow.lookup(spark, table, files, keys, columns, max_keys=max_keys)
+        fast = lookup_arrow.lookup(spark, table, files, keys, columns, max_keys=max_keys,
+                                   rows_out=arrow_rows)
         if fast is not None:
             return fast
     raw = read_files(spark, table, files, columns=[c for c in columns
@@ -150,6 +153,37 @@ def current_of(matched: DataFrame, table: TargetTable, columns: list[str], *,
     return cur.select(*table.key_columns, (~F.col("_cf_deleted")).alias("_c_exists"),
                       F.col("_cf_src").alias("_c_src"), F.col("_cf_scn").alias("_c_scn"),
                       F.col("_cf_pos").alias("_c_pos"), *data)
+
+
+def lookup_current(spark: SparkSession, table: TargetTable, files: list[FileEntry],
+                   keys: DataFrame, columns: list[str], *, partial: bool,
+                   max_keys: int | None = None) -> tuple[DataFrame, DataFrame]:
+    """:func:`lookup` and :func:`current_of` its rows.
+
+    When the Arrow path reads the rows and no file holds partial images, the newest
+    image per key is picked on the driver too (:func:`.lookup_arrow.newest`): the same
+    rows as the Spark window, without its jobs.
+
+    Returns:
+        The raw rows of the keys, and their current rows.
+    """
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    got: list[pa.Table] = []
+    matched = lookup(spark, table, files, keys, columns, max_keys=max_keys, arrow_rows=got)
+    spark_current = current_of(matched, table, columns, partial=partial)
+    if partial or not got:
+        return matched, spark_current
+    rows = got[0]
+    new = lookup_arrow.newest(rows, table.key_columns)
+    data = [c for c in columns if c not in table.key_columns]
+    cur = pa.table({**{k: new.column(k) for k in table.key_columns},
+                    "_c_exists": pc.invert(new.column("_cf_deleted")),
+                    "_c_src": new.column("_cf_src"), "_c_scn": new.column("_cf_scn"),
+                    "_c_pos": new.column("_cf_pos"),
+                    **{f"_c_{c}": new.column(c) for c in data}})
+    return matched, lookup_arrow.frame(spark, cur, spark_current.schema)
 
 
 def detect(eff: DataFrame, current: DataFrame | None, table: TargetTable,

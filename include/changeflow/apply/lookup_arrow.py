@@ -85,9 +85,9 @@ def read_matching(paths: list[str], want: pa.Schema, keys: pa.Table,
     return pa.concat_tables(tables) if tables else want.empty_table()
 
 
-def lookup(spark: SparkSession, table: TargetTable, files: list[FileEntry], keys: DataFrame,
-           columns: list[str], *, max_keys: int | None = None) -> DataFrame | None:
-    """The Spark path's lookup result computed with Arrow on the driver, or None.
+def matching(spark: SparkSession, table: TargetTable, files: list[FileEntry], keys: DataFrame,
+             columns: list[str], *, max_keys: int | None = None) -> pa.Table | None:
+    """The Spark path's lookup rows as Arrow (typed as :func:`schema_of` says), or None.
 
     Args:
         files: the touched buckets' files.
@@ -101,8 +101,7 @@ def lookup(spark: SparkSession, table: TargetTable, files: list[FileEntry], keys
     if max_keys is not None and max_keys > MAX_KEYS:
         return None
     paths = af.local_paths(spark, files)
-    schema = schema_of(table, columns)
-    want = af.arrow_schema(schema)
+    want = af.arrow_schema(schema_of(table, columns))
     if paths is None or want is None or not af.exact_keys(want, table.key_columns):
         return None
     try:
@@ -114,4 +113,65 @@ def lookup(spark: SparkSession, table: TargetTable, files: list[FileEntry], keys
         return None
     if rows.num_rows == 0:  # a column of no chunks trips PySpark's conversion: one empty
         rows = pa.Table.from_arrays([pa.array([], f.type) for f in want], schema=want)
+    return rows
+
+
+def frame(spark: SparkSession, rows: pa.Table, schema: StructType) -> DataFrame:
+    """Arrow rows as a Spark frame of the given schema."""
     return spark.createDataFrame(rows, schema=schema)
+
+
+def lookup(spark: SparkSession, table: TargetTable, files: list[FileEntry], keys: DataFrame,
+           columns: list[str], *, max_keys: int | None = None,
+           rows_out: list[pa.Table] | None = None) -> DataFrame | None:
+    """The Spark path's lookup result computed with Arrow on the driver, or None (see
+    :func:`matching`).
+
+    Args:
+        rows_out: when given, the Arrow rows are appended to it too (for work on the
+            driver that follows).
+    """
+    rows = matching(spark, table, files, keys, columns, max_keys=max_keys)
+    if rows is None:
+        return None
+    if rows_out is not None:
+        rows_out.append(rows)
+    return frame(spark, rows, schema_of(table, columns))
+
+
+def newest(rows: pa.Table, key_columns: list[str]) -> pa.Table:
+    """Per key, the newest of a key's raw images (tombstones included), as
+    :func:`changeflow.apply.target.resolve` picks it for full images: the greatest
+    ``(_cf_seq or 0, _cf_scn, _cf_pos)``, an image before a tombstone (NULLs as Spark
+    orders them: last when descending, first when ascending). A NULL key is one key.
+    """
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    n = rows.num_rows
+    if n == 0:
+        return rows
+    # Spark's order: NULLs last when descending, first when ascending (the deleted flag
+    # as -1/0/1 with NULL as -1, so that NULLs need no placement of their own).
+    deleted = pc.fill_null(pc.cast(rows.column("_cf_deleted"), pa.int8()), -1)
+    sortable = pa.table({
+        **{f"k{i}": rows.column(k) for i, k in enumerate(key_columns)},
+        "seq": pc.fill_null(rows.column("_cf_seq"), 0), "scn": rows.column("_cf_scn"),
+        "pos": rows.column("_cf_pos"), "del": deleted})
+    order = pc.sort_indices(sortable, sort_keys=[
+        *[(f"k{i}", "ascending", "at_end") for i in range(len(key_columns))],
+        ("seq", "descending", "at_end"), ("scn", "descending", "at_end"),
+        ("pos", "descending", "at_end"), ("del", "ascending", "at_end")])
+    ranked = rows.take(order)
+    first = pa.array([True] + [False] * (n - 1))
+    if n > 1:
+        new_key = pa.array([False] * (n - 1))
+        for k in key_columns:
+            col = ranked.column(k)
+            cur, prev = col.slice(1), col.slice(0, n - 1)
+            both_null = pc.and_(pc.is_null(cur), pc.is_null(prev))
+            same = pc.or_(both_null, pc.fill_null(pc.equal(cur, prev), False))
+            new_key = pc.or_(new_key, pc.invert(same))
+        first = pa.concat_arrays([pa.array([True]), new_key.combine_chunks()
+                                  if isinstance(new_key, pa.ChunkedArray) else new_key])
+    return ranked.filter(first)

@@ -103,11 +103,11 @@ class TablePlan:
                                  if h.resolution_column and h.resolution_column
                                  not in self.compare]
         # An UPDATE that moves its key has two keys: at most twice as many keys as LCRs.
-        self.matched = self._cache(conflicts.lookup(self.spark, self.table, self.old_files,
-                                                    keys, needed, max_keys=2 * self.n_lcrs))
         partial_files = any(f.kind == "pdelta" for f in self.old_files)
-        self.current = self._cache(conflicts.current_of(self.matched, self.table, needed,
-                                                        partial=partial_files))
+        matched, current = conflicts.lookup_current(
+            self.spark, self.table, self.old_files, keys, needed, partial=partial_files,
+            max_keys=2 * self.n_lcrs)
+        self.matched, self.current = self._cache(matched), self._cache(current)
 
     def _cache(self, df: DataFrame) -> DataFrame:
         df = df.persist()
