@@ -157,7 +157,7 @@ def current_of(matched: DataFrame, table: TargetTable, columns: list[str], *,
 
 def lookup_current(spark: SparkSession, table: TargetTable, files: list[FileEntry],
                    keys: DataFrame, columns: list[str], *, partial: bool,
-                   max_keys: int | None = None) -> tuple[DataFrame, DataFrame]:
+                   max_keys: int | None = None) -> tuple[DataFrame, DataFrame, bool]:
     """:func:`lookup` and :func:`current_of` its rows.
 
     When the Arrow path reads the rows and no file holds partial images, the newest
@@ -165,7 +165,8 @@ def lookup_current(spark: SparkSession, table: TargetTable, files: list[FileEntr
     rows as the Spark window, without its jobs.
 
     Returns:
-        The raw rows of the keys, and their current rows.
+        The raw rows of the keys, their current rows, and whether the raw rows come
+        from the driver (Spark holds them already: caching them gains nothing).
     """
     import pyarrow as pa
     import pyarrow.compute as pc
@@ -174,7 +175,7 @@ def lookup_current(spark: SparkSession, table: TargetTable, files: list[FileEntr
     matched = lookup(spark, table, files, keys, columns, max_keys=max_keys, arrow_rows=got)
     spark_current = current_of(matched, table, columns, partial=partial)
     if partial or not got:
-        return matched, spark_current
+        return matched, spark_current, bool(got)
     rows = got[0]
     new = lookup_arrow.newest(rows, table.key_columns)
     data = [c for c in columns if c not in table.key_columns]
@@ -183,7 +184,7 @@ def lookup_current(spark: SparkSession, table: TargetTable, files: list[FileEntr
                     "_c_src": new.column("_cf_src"), "_c_scn": new.column("_cf_scn"),
                     "_c_pos": new.column("_cf_pos"),
                     **{f"_c_{c}": new.column(c) for c in data}})
-    return matched, lookup_arrow.frame(spark, cur, spark_current.schema)
+    return matched, lookup_arrow.frame(spark, cur, spark_current.schema), True
 
 
 def detect(eff: DataFrame, current: DataFrame | None, table: TargetTable,

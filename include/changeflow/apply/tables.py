@@ -104,10 +104,12 @@ class TablePlan:
                                  not in self.compare]
         # An UPDATE that moves its key has two keys: at most twice as many keys as LCRs.
         partial_files = any(f.kind == "pdelta" for f in self.old_files)
-        matched, current = conflicts.lookup_current(
+        matched, current, on_driver = conflicts.lookup_current(
             self.spark, self.table, self.old_files, keys, needed, partial=partial_files,
             max_keys=2 * self.n_lcrs)
-        self.matched, self.current = self._cache(matched), self._cache(current)
+        # Rows handed over by the driver are held by Spark already: no cache to build.
+        self.matched = matched if on_driver else self._cache(matched)
+        self.current = current if on_driver and not partial_files else self._cache(current)
 
     def _cache(self, df: DataFrame) -> DataFrame:
         df = df.persist()
@@ -166,7 +168,6 @@ class TablePlan:
 
     def images(self, seq: int, tag: bytes, failed: set[TxnId]) -> DataFrame:
         """What to write: fast-path effects and folded ones, as images and tombstones."""
-
         cols = [*self.table.column_names, *images.E_META]
         out = self._fast(failed).select(*cols)
         folded = [r for r in self.folded if TxnId(r["_e_src"], int(r["_e_scn"]), r["_e_txn"])

@@ -30,7 +30,9 @@ def _currents(spark: Any, monkeypatch: Any, table: TargetTable, files: list[File
 
     full = {f.name: f for f in table.spark_schema().fields}
     key_df = spark.createDataFrame(keys, T.StructType([full[k] for k in table.key_columns]))
-    _, fast = conflicts.lookup_current(spark, table, files, key_df, columns, partial=False)
+    _, fast, on_driver = conflicts.lookup_current(spark, table, files, key_df, columns,
+                                                  partial=False)
+    assert on_driver
     slow = conflicts.current_of(conflicts.lookup(spark, table, files, key_df, columns,
                                                  arrow=False), table, columns, partial=False)
     assert picked, "the current rows were not picked on the driver"
@@ -79,3 +81,21 @@ def test_the_current_rows_of_composite_and_null_keys(spark, tmp_path, monkeypatc
     got = lookup_arrow.newest(raw, ["region", "id"]).to_pylist()
     assert sorted((r["region"] or "", r["id"], r["_cf_seq"]) for r in got) == [
         ("", 1, 1), ("", 2, 2), ("a", 2, 1)]
+
+
+def test_without_the_arrow_lookup_spark_picks_them(spark, tmp_path, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    table = new_table(tmp_path, ["id"], COLUMNS)
+    files = write(spark, table, [image(1, 1), image(1, 2), image(2, 1)], "base", "b")
+    keys = spark.createDataFrame([(1,), (2,)], "id bigint")
+    for partial in (False, True):  # partial images: the Spark window even after Arrow
+        matched, current, on_driver = conflicts.lookup_current(
+            spark, table, files, keys, ["name"], partial=partial)
+        assert on_driver and matched.count() == 3
+        assert sorted((r.id, r._c_name) for r in current.collect()) == [(1, "n1-2"),
+                                                                         (2, "n2-1")]
+    monkeypatch.setattr(lookup_arrow, "lookup", lambda *a, **k: None)
+    monkeypatch.setattr(lookup_arrow, "newest", lambda *a, **k: pytest.fail("picked"))
+    matched, current, on_driver = conflicts.lookup_current(spark, table, files, keys,
+                                                           ["name"], partial=False)
+    assert not on_driver and matched.count() == 3
+    assert sorted((r.id, r._c_name) for r in current.collect()) == [(1, "n1-2"), (2, "n2-1")]
