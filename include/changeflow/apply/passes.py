@@ -114,9 +114,9 @@ class Pass:
         with self.step("handlers"):
             if any(t.has_ddl for t in segment):
                 ddl.collect(work, self._fail)
-            handled = self._handlers(work)
+            work = self._handlers(work)
         with self.step("conflicts"):
-            plans = self._tables(handled, ddl, surveyed=handled is work)
+            plans = self._tables(work, ddl)
         with self.step("messages"):
             if complete and n_users:
                 self._messages(to_apply.where(F.col("kind") == "USER"), n_users)
@@ -218,21 +218,11 @@ class Pass:
                                      txn.scn))
 
     # -- tables --------------------------------------------------------------------------
-    def _tables(self, work: DataFrame, ddl: DdlPlan, *, surveyed: bool) -> list[TablePlan]:
-        """Plan every touched table, then settle conflicts and precommit handlers.
-
-        Args:
-            surveyed: ``work`` holds the pass's row LCRs as surveyed (no DML handler
-                rewrote them): the table shapes come from the survey.
-        """
+    def _tables(self, work: DataFrame, ddl: DdlPlan) -> list[TablePlan]:
+        """Plan every touched table, then settle conflicts and precommit handlers."""
         if self.failed:
             work = without(work, self.spark, set(self.failed))
-        if not any(self.info[t].tables for t in self.info):
-            shapes = {}
-        elif surveyed:
-            shapes = survey.shapes_of([t for t in self.info.values() if t.id not in self.failed])
-        else:
-            shapes = survey.tables(work)
+        shapes = survey.tables(work) if any(self.info[t].tables for t in self.info) else {}
         handlers = effective_handlers(self.rt.store, self.spec.name,
                                       self.spec.conflicts.handlers)
         for name, shape in shapes.items():

@@ -1,6 +1,6 @@
 """One look at a pass's messages before applying them: transactions and table shapes.
 
-Small aggregations over the (cached) changes, collected to the driver, give:
+Two small aggregations over the (cached) changes, collected to the driver:
 
 * per source transaction: commit time, number of LCRs, the tables it touches, whether
   it holds DDL, and its first LCR with a command type the contract does not know;
@@ -9,9 +9,7 @@ Small aggregations over the (cached) changes, collected to the driver, give:
   (what conflict detection can compare).
 
 Rows are grouped by their *shape* (names and types of their values), of which a
-batch holds a handful, so the pass costs a hash aggregate, not an explode. One
-aggregation by transaction and shape gives both (:func:`transactions`, then
-:func:`shapes_of`); :func:`tables` looks again at rows that DML handlers rewrote.
+batch holds a handful, so the pass costs a hash aggregate, not an explode.
 """
 
 from __future__ import annotations
@@ -37,7 +35,6 @@ class TxnInfo:
     tables: set[str]
     has_ddl: bool
     bad_command: tuple[int, str, str | None, str] | None  # position, msg id, command, kind
-    shapes: list[Any] = field(default_factory=list)  # its row LCRs' shapes (see tables)
 
 
 @dataclass
@@ -68,65 +65,32 @@ def valid_command() -> Column:
 
 def transactions(messages: DataFrame) -> tuple[list[TxnInfo], int]:
     """Per source transaction of the ROW/DDL messages (see the module docstring), and
-    how many user messages there are besides.
-
-    One aggregation by transaction and row shape: each transaction also keeps the
-    shapes of its row LCRs (:attr:`TxnInfo.shapes`), from which :func:`shapes_of` gives
-    what :func:`tables` gives for those transactions' rows, without another job.
-    """
+    how many user messages there are besides."""
     from pyspark.sql import functions as F
 
     user = F.col("kind") == "USER"
-    row = F.coalesce(F.col("kind") == "ROW", F.lit(False))
     table = F.lower(F.concat_ws(".", "object_owner", "object_name"))
     bad = F.when(~user & ~F.coalesce(valid_command(), F.lit(False)),
                  F.struct(F.col("position"), F.col("msg_id"), F.col("command_type"),
                           F.col("kind")))
-    shape = [F.when(row, c).alias(n) for n, c in (("table", table), *_shape_columns())]
     rows = messages.groupBy("source_database_name", "commit_scn", "transaction_id",
-                            user.alias("user"), row.alias("row"), *shape).agg(
+                            user.alias("user")).agg(
         F.max("commit_time").alias("t"), F.count(F.lit(1)).alias("n"),
+        F.collect_set(F.when(F.col("kind") == "ROW", table)).alias("tables"),
         F.max((F.col("kind") == "DDL").cast("int")).alias("ddl"),
         F.min(bad).alias("bad"),
     ).collect()
-    by_txn: dict[tuple[Any, ...], list[Any]] = {}
-    users = 0
+    out, users = [], 0
     for r in rows:
         if r.user:
             users += int(r.n)
-        else:
-            by_txn.setdefault((r.source_database_name, r.commit_scn, r.transaction_id),
-                              []).append(r)
-    out = [_txn_info(group) for group in by_txn.values()]
+            continue
+        b = r.bad
+        out.append(TxnInfo(
+            TxnId(r.source_database_name, int(r.commit_scn or 0), r.transaction_id), r.t,
+            int(r.n), set(r.tables or []), bool(r.ddl),
+            (int(b.position or 0), b.msg_id, b.command_type, b.kind) if b is not None else None))
     return sorted(out, key=lambda t: (t.id.scn, t.id.source, t.id.txn)), users
-
-
-def _shape_columns() -> list[tuple[str, Column]]:
-    from pyspark.sql import functions as F
-
-    return [
-        ("object_owner", F.col("object_owner")), ("object_name", F.col("object_name")),
-        ("key_columns", F.col("key_columns")), ("command_type", F.col("command_type")),
-        ("cols", F.map_keys("new_values")),
-        ("types", F.map_values("new_values").getField("type")),  # no lambda: codegen
-        ("ocols", F.map_keys("old_values")),
-        ("otypes", F.map_values("old_values").getField("type")),
-    ]
-
-
-def _txn_info(groups: list[Any]) -> TxnInfo:
-    """One transaction's facts from its groups (as one group per transaction gives)."""
-    first = groups[0]
-    times = [g.t for g in groups if g.t is not None]
-    bads = [g.bad for g in groups if g.bad is not None]
-    # Spark orders structs field by field, NULL first: so does this key.
-    b = min(bads, key=lambda s: tuple((v is not None, v) for v in s)) if bads else None
-    return TxnInfo(
-        TxnId(first.source_database_name, int(first.commit_scn or 0), first.transaction_id),
-        max(times) if times else None, sum(int(g.n) for g in groups),
-        {g.table for g in groups if g.row}, any(g.ddl for g in groups),
-        (int(b.position or 0), b.msg_id, b.command_type, b.kind) if b is not None else None,
-        [g for g in groups if g.row])
 
 
 def tables(changes: DataFrame) -> dict[str, TableShape]:
@@ -134,16 +98,12 @@ def tables(changes: DataFrame) -> dict[str, TableShape]:
     from pyspark.sql import functions as F
 
     rows = changes.where(F.col("kind") == "ROW").groupBy(
-        *[c.alias(n) for n, c in _shape_columns()]).agg(F.count(F.lit(1)).alias("n")).collect()
-    return _tables_of(rows)
-
-
-def shapes_of(txns: list[TxnInfo]) -> dict[str, TableShape]:
-    """What :func:`tables` gives for the row LCRs of these transactions (as surveyed)."""
-    return _tables_of([r for t in txns for r in t.shapes])
-
-
-def _tables_of(rows: list[Any]) -> dict[str, TableShape]:
+        "object_owner", "object_name", "key_columns", "command_type",
+        F.map_keys("new_values").alias("cols"),
+        F.map_values("new_values").getField("type").alias("types"),  # no lambda: codegen
+        F.map_keys("old_values").alias("ocols"),
+        F.map_values("old_values").getField("type").alias("otypes"),
+    ).agg(F.count(F.lit(1)).alias("n")).collect()
     out: dict[str, TableShape] = {}
     for r in sorted(rows, key=lambda r: (r.object_owner, r.object_name)):
         name = f"{r.object_owner}.{r.object_name}".lower()
