@@ -58,12 +58,23 @@ def local_path(uri: str) -> str | None:
     return uri if uri.startswith("/") else None
 
 
-def local_paths(spark: SparkSession, files: list[FileEntry]) -> list[str] | None:
-    """The files' local paths when Spark runs here and every file is a local file."""
-    if not (spark.sparkContext.master or "").startswith("local"):
+def spark_is_local(spark: SparkSession) -> bool:
+    """Whether Spark runs on this machine (a local master: its files are the driver's)."""
+    return (spark.sparkContext.master or "").startswith("local")
+
+
+def local_paths(spark: SparkSession, files: list[FileEntry], *, allow_none: bool = False
+                ) -> list[str] | None:
+    """The files' local paths when Spark runs here and every file is a local file.
+
+    Args:
+        allow_none: no file gives an empty list (else None).
+    """
+    if not spark_is_local(spark):
         return None
     paths = [local_path(f.path) for f in files]
-    if not paths or any(p is None or not os.path.isfile(p) for p in paths):
+    if (not paths and not allow_none) or any(p is None or not os.path.isfile(p)
+                                             for p in paths):
         return None
     return [p for p in paths if p is not None]
 

@@ -52,7 +52,7 @@ def write(spark: SparkSession, table: TargetTable, rows: DataFrame, kind: str, t
     """
     import pyarrow as pa
 
-    if max_rows > MAX_ROWS or not (spark.sparkContext.master or "").startswith("local"):
+    if max_rows > MAX_ROWS or not af.spark_is_local(spark):
         return None
     schema = table.spark_schema()
     want = af.arrow_schema(schema)

@@ -24,6 +24,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from changeflow.apply import arrow_files as af
+from changeflow.apply import lookup_arrow
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -57,8 +58,7 @@ def rollup(spark: SparkSession, w: TargetWrite) -> tuple[dict[str, int], pa.Tabl
     import pyarrow as pa
 
     keys = w.table.key_columns
-    paths = af.local_paths(spark, w.files) if w.files else (
-        [] if (spark.sparkContext.master or "").startswith("local") else None)
+    paths = af.local_paths(spark, w.files, allow_none=True)
     schema = af.arrow_schema(w.table.spark_schema())
     if paths is None or schema is None or w.expected is None or not af.exact_keys(
             schema, keys):
@@ -100,27 +100,14 @@ def _null_keys(table: pa.Table, keys: list[str]) -> bool:
 
 
 def _after(images: pa.Table, keys: list[str]) -> pa.Table:
-    """Per key, whether its newest image (as reads order them) is a row, not a tombstone.
-
-    The order is :func:`changeflow.apply.target.order_desc`'s: ``_cf_seq`` (NULL as 0),
-    then ``_cf_scn``, then ``_cf_pos``, descending; an image before a tombstone.
-    """
+    """Per key, whether its newest image (as reads order them,
+    :func:`changeflow.apply.lookup_arrow.newest`) is a row, not a tombstone."""
     import pyarrow as pa
     import pyarrow.compute as pc
 
-    seq = pc.fill_null(images.column("_cf_seq"), 0)
-    deleted = images.column("_cf_deleted")
-    ranked = pa.table({**{k: images.column(k) for k in keys}, "_s": seq,
-                       "_c": images.column("_cf_scn"), "_p": images.column("_cf_pos"),
-                       "_d": deleted, "_i": pa.array(range(images.num_rows), pa.int64())})
-    ranked = ranked.sort_by([("_s", "descending"), ("_c", "descending"),
-                             ("_p", "descending"), ("_d", "ascending")])
-    # the first row of each key in that order: its position in the sorted table
-    first = ranked.append_column("_r", pa.array(range(ranked.num_rows), pa.int64())) \
-        .group_by(keys, use_threads=False).aggregate([("_r", "min")])
-    newest = ranked.take(first.column("_r_min"))
+    newest = lookup_arrow.newest(images, keys)
     return pa.table({**{k: newest.column(k) for k in keys},
-                     "_after": pc.invert(newest.column("_d"))})
+                     "_after": pc.invert(newest.column("_cf_deleted"))})
 
 
 def _facts(after: pa.Table, expected: pa.Table, keys: list[str]) -> pa.Table:
