@@ -72,6 +72,26 @@ def write(spark: SparkSession, table: TargetTable, rows: DataFrame, kind: str, t
     return files, data.num_rows
 
 
+def write_arrow(table: TargetTable, data: pa.Table, kind: str, tag: str,
+                spark_version: str) -> list[FileEntry] | None:
+    """Write rows already on the driver, typed as :func:`.arrow_files.arrow_schema` of
+    the table's Spark schema and with their bucket in :data:`BUCKET` (an ``int32``).
+
+    Returns:
+        The new files, or None (nothing written) when the table is not on the local
+        file system or a column's type has no Arrow twin.
+    """
+    want = af.arrow_schema(table.spark_schema())
+    root = af.local_path(fs.join(table.root, f"{kind}-v{table.version + 1}-{tag}"))
+    if want is None or root is None:
+        return None
+    try:
+        return _write_buckets(data, table, want, root, kind, tag, spark_version)
+    except BaseException:
+        shutil.rmtree(root, ignore_errors=True)
+        raise
+
+
 def _collect(rows: DataFrame, table: TargetTable, want: pa.Schema) -> pa.Table:
     """The rows as Arrow, typed as Spark writes them, with their bucket (Spark's hash)."""
     import pyarrow as pa

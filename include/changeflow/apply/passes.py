@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Any
 
 from changeflow import faults, fs, quality
 from changeflow import lcr as contract
-from changeflow.apply import delta_arrow, errorq, positions, survey
+from changeflow.apply import delta_arrow, driver_pass, errorq, positions, survey
 from changeflow.apply import enqueue as enq
 from changeflow.apply.conflicts import check_columns, effective_handlers
 from changeflow.apply.ddl_parquet import DdlPlan
@@ -70,7 +70,13 @@ class Pass:
 
     # -- the pass ------------------------------------------------------------------------
     def run(self) -> bool:
-        """Do the pass. Returns whether the batches are done (acknowledged)."""
+        """Do the pass. Returns whether the batches are done (acknowledged).
+
+        A plain pass is done on the driver (:mod:`.driver_pass`); else in Spark.
+        """
+        done = driver_pass.run(self)
+        if done is not None:
+            return done
         df = self.source if self.source is not None else qio.read_batches(self.spark,
                                                                            self.batches)
         if self.rule_filter is not None:
