@@ -56,6 +56,9 @@ class TargetWrite:
         rows_before: the table's row count before this apply.
         n_rows: rows (images and tombstones) the deltas hold.
         rows_after: set by the check: the row count after the commit.
+        before_arrow, expected_arrow: ``before`` and ``expected`` as Arrow tables, from
+            a pass done on the driver (:mod:`changeflow.apply.driver_pass`), instead of
+            the frames.
     """
 
     table: TargetTable
@@ -65,6 +68,21 @@ class TargetWrite:
     rows_before: int = 0
     n_rows: int = 0
     rows_after: int | None = None
+    before_arrow: Any = None
+    expected_arrow: Any = None
+
+    @property
+    def checks_rows(self) -> bool:
+        """Whether what the rows should be after the commit is known (row checks run)."""
+        return self.expected is not None or self.expected_arrow is not None
+
+    def as_frames(self, spark: SparkSession) -> None:
+        """Make ``before`` and ``expected`` frames from their Arrow tables (for the Spark
+        rollup)."""
+        if self.expected is None and self.expected_arrow is not None:
+            self.expected = spark.createDataFrame(self.expected_arrow)
+        if self.before is None and self.before_arrow is not None:
+            self.before = spark.createDataFrame(self.before_arrow)
 
 
 def _after(spark: SparkSession, w: TargetWrite) -> DataFrame:
@@ -105,8 +123,10 @@ def key_facts(spark: SparkSession, w: TargetWrite) -> DataFrame:
 def _column_types(spark: SparkSession, w: TargetWrite) -> list[dict[str, Any]]:
     """Per declared column of a table: declared and written type."""
     new = [f.path for f in w.files]
-    physical = {f.name: f.dataType.simpleString()
-                for f in spark.read.parquet(*new).schema.fields} if new else {}
+    physical = _written_types(spark, w)
+    if physical is None:
+        physical = {f.name: f.dataType.simpleString()
+                    for f in spark.read.parquet(*new).schema.fields} if new else {}
     out = []
     for col, ltype in w.table.columns:
         declared = lcr.spark_type(lcr.LOGICAL_TYPES[ltype].spark_type).simpleString()
@@ -114,6 +134,35 @@ def _column_types(spark: SparkSession, w: TargetWrite) -> list[dict[str, Any]]:
         out.append({"table_name": w.table.name, "column": col, "declared": declared,
                     "written": got, "type_as_declared": got == declared})
     return out
+
+
+def _written_types(spark: SparkSession, w: TargetWrite) -> dict[str, str] | None:
+    """The written types read from the local files' footers, when every file holds every
+    column it has exactly as Spark writes the declared type (then Spark reads back the
+    declared type); None: ask Spark."""
+    import pyarrow.parquet as pq
+
+    from changeflow.apply import arrow_files as af
+
+    paths = af.local_paths(spark, w.files)
+    want = af.arrow_schema(w.table.spark_schema(with_meta=False))
+    if not paths or want is None:
+        return None
+    declared = {c: lcr.spark_type(lcr.LOGICAL_TYPES[t].spark_type).simpleString()
+                for c, t in w.table.columns}
+    seen: set[str] | None = None
+    for p in paths:
+        schema = pq.read_schema(p)
+        if len(set(schema.names)) != len(schema.names):
+            return None
+        for f in want:
+            if f.name in schema.names and not schema.field(f.name).type.equals(f.type):
+                return None
+        names = {n for n in schema.names if n in declared}
+        seen = names if seen is None else seen & names
+        if seen != names:
+            return None  # files disagree: Spark's answer depends on the file it reads
+    return {c: declared[c] for c in seen or set()}
 
 
 def _rollup(spark: SparkSession, w: TargetWrite) -> tuple[
@@ -128,13 +177,14 @@ def _rollup(spark: SparkSession, w: TargetWrite) -> tuple[
         "column_type_violations": sum(not t["type_as_declared"] for t in types),
         "rows_before": w.rows_before, "inserts": 0, "deletes": 0,
         "rows_after": w.rows_before, "expected_after": w.rows_before}
-    if w.expected is None:
+    if not w.checks_rows:
         return row, None, types
     fast = target_arrow.rollup(spark, w) if ARROW else None
     if fast is not None:
         counts, table = fast
         return _counted(row, w, counts), target_arrow.ArrowFacts(table, w.table.key_columns), \
             types
+    w.as_frames(spark)
     facts = key_facts(spark, w)
     bad = lambda c: F.sum((~F.col(c)).cast("long"))  # noqa: E731
     n = facts.agg(
@@ -194,7 +244,7 @@ def check_target(
     """
     # A table is checked when the pass wrote to it or its LCRs say what it should hold:
     # a delta that lost every row (an empty write) must not pass unchecked.
-    writes = [w for w in writes if w.files or w.expected is not None]
+    writes = [w for w in writes if w.files or w.checks_rows]
     if not writes or not cfg.quality.enabled:
         return None
     started = time.monotonic()
@@ -235,12 +285,13 @@ def _samples(check: str, parts: list[tuple[
         elif check == "target_rows_reconcile" and row["rows_after"] != row["expected_after"]:
             out.append({k2: row[k2] for k2 in ("table_name", "rows_before", "inserts",
                                                "deletes", "rows_after", "expected_after")})
-        elif check in _KEY_CHECKS and isinstance(facts, target_arrow.ArrowFacts):
-            out += target_arrow.samples(facts.table, row["table_name"], facts.keys,
-                                        _KEY_CHECKS[check], k)
         elif check in _KEY_CHECKS and facts is not None:
-            bad = facts.where(f"NOT {_KEY_CHECKS[check]}").limit(k).collect()
-            out += [r.asDict() for r in bad]
+            if isinstance(facts, target_arrow.ArrowFacts):
+                out += target_arrow.samples(facts.table, row["table_name"], facts.keys,
+                                            _KEY_CHECKS[check], k)
+            else:
+                bad = facts.where(f"NOT {_KEY_CHECKS[check]}").limit(k).collect()
+                out += [r.asDict() for r in bad]
     return out[:k]
 
 

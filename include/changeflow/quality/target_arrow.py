@@ -60,19 +60,25 @@ def rollup(spark: SparkSession, w: TargetWrite) -> tuple[dict[str, int], pa.Tabl
     keys = w.table.key_columns
     paths = af.local_paths(spark, w.files, allow_none=True)
     schema = af.arrow_schema(w.table.spark_schema())
-    if paths is None or schema is None or w.expected is None or not af.exact_keys(
+    if paths is None or schema is None or not w.checks_rows or not af.exact_keys(
             schema, keys):
         return None
     want = pa.schema([schema.field(c) for c in [*keys, *ORDER_COLUMNS]])
     try:
         new = [_read(p, want, keys) for p in paths]
-        before = [] if w.before is None else [_typed(w.before.select(*want.names).toArrow(),
-                                                     want)]
+        if w.before_arrow is not None:
+            before = [_typed(w.before_arrow.select(want.names), want)]
+        else:
+            before = [] if w.before is None else [
+                _typed(w.before.select(*want.names).toArrow(), want)]
         parts = [*before, *new]
         images = pa.concat_tables(parts) if parts else want.empty_table()
-        expected = _typed(w.expected.select(*keys, "before", "present").toArrow(), pa.schema(
-            [*(schema.field(k) for k in keys), pa.field("before", pa.bool_()),
-             pa.field("present", pa.bool_())]))
+        expected = _typed(
+            w.expected_arrow.select([*keys, "before", "present"])
+            if w.expected_arrow is not None
+            else w.expected.select(*keys, "before", "present").toArrow(),  # type: ignore[union-attr]
+            pa.schema([*(schema.field(k) for k in keys), pa.field("before", pa.bool_()),
+                       pa.field("present", pa.bool_())]))
         if expected.num_rows > MAX_KEYS or _null_keys(images, keys) or _null_keys(expected,
                                                                                    keys):
             return None
