@@ -77,6 +77,7 @@ def rule_filter(
         # Stages without Spark (log-based capture) may decide simple rule sets over
         # Arrow instead (changeflow.rules.arrow_filter).
         run.rule_sets = pair  # type: ignore[attr-defined]
+        run.client = (kind, name)  # type: ignore[attr-defined]  (whose counts they are)
     return run
 
 

@@ -78,6 +78,40 @@ def observed(kind: str, client: str, pair: RuleSetPair, inner: Filter) -> Filter
     return run
 
 
+def recording() -> bool:
+    """Whether this is a recorded run (one whose filters' counts are collected)."""
+    return logs.current().get("run_id") is not None
+
+
+@dataclass
+class _Made:
+    """An observation made without Spark: its values, as ``Observation.get`` gives them."""
+
+    get: dict[str, Any]
+
+
+def note(kind: str, client: str, pair: RuleSetPair,
+         messages: list[tuple[dict[str, Any], int]]) -> None:
+    """Note counts made without Spark (rule sets decided per distinct message, see
+    :mod:`changeflow.rules.arrow_filter`): ``messages`` holds each distinct message and
+    how many rows have it. Counted as :func:`observed` counts: a rule matches a message
+    when its condition is TRUE for it."""
+    run_id = logs.current().get("run_id")
+    if run_id is None:
+        return
+    sets = [(rs, pol) for rs, pol in ((pair.positive, "positive"), (pair.negative, "negative"))
+            if rs is not None]
+    rules = [(rs.name, r, pol) for rs, pol in sets for r in rs.rules]
+    counted = rules if len(rules) <= MAX_RULES else []
+    values: dict[str, Any] = {"evaluated": sum(n for _, n in messages)}
+    for i, (_, rule, _) in enumerate(counted):
+        values[f"r{i}"] = sum(n for m, n in messages if rule.evaluate(m) is True)
+    names = [(set_name, rule.name, pol) for set_name, rule, pol in counted]
+    with _LOCK:
+        _PENDING.setdefault((kind, client, str(run_id)), []).append(
+            Pending(kind, client, _Made(values), names))  # type: ignore[arg-type]
+
+
 def collect(kind: str, client: str, run_id: str,
             timeout: float = 3.0) -> list[dict[str, Any]] | None:
     """The counts of the client's observed filters in run ``run_id`` (None: none ran).

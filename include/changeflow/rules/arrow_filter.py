@@ -44,8 +44,14 @@ def supported(pair: RuleSetPair) -> bool:
     return _simple(pair.positive) and _simple(pair.negative)
 
 
-def filter_table(pair: RuleSetPair, table: pa.Table) -> pa.Table | None:
-    """The rows of ``table`` that satisfy the rule sets, or ``None`` if Spark is needed."""
+def filter_table(pair: RuleSetPair, table: pa.Table, *,
+                 counts: list[tuple[dict[str, Any], int]] | None = None) -> pa.Table | None:
+    """The rows of ``table`` that satisfy the rule sets, or ``None`` if Spark is needed.
+
+    Args:
+        counts: when given, each distinct message (its dimensions) and how many rows
+            have it are appended to it.
+    """
     import pyarrow as pa
     import pyarrow.compute as pc
 
@@ -61,21 +67,39 @@ def filter_table(pair: RuleSetPair, table: pa.Table) -> pa.Table | None:
     parts.append(pc.if_else(tag_null, "Y", "N"))
     keys = pc.binary_join_element_wise(*parts, _SEP)
     kept = []
-    for key in pc.unique(keys).to_pylist():
+    distinct = pc.value_counts(keys)
+    for key, n in zip(distinct.field("values").to_pylist(), distinct.field("counts").to_pylist(),
+                      strict=True):
         values = key.split(_SEP)
         message: dict[str, Any] = {c: (None if v == "\x00" else v)
                                    for c, v in zip(columns, values[:-1], strict=True)}
         message["tag"] = None if values[-1] == "Y" else b"\x01"
         if pair.evaluate(message)[0]:
             kept.append(key)
-    if len(kept) == len(pc.unique(keys)):
+        if counts is not None:
+            counts.append((message, int(n)))
+    if len(kept) == len(distinct):
         return table
     return table.filter(pc.is_in(keys, value_set=pa.array(kept, pa.string())))
 
 
 def filter_for_client(rule_filter: Any, table: pa.Table) -> pa.Table | None:
     """``table`` filtered by a client's rule filter over Arrow, or ``None`` when its rule
-    sets are not simple enough (the caller runs them in Spark then)."""
+    sets are not simple enough (the caller runs them in Spark then).
+
+    In a recorded run, the per-rule match counts are noted as the Spark filter's
+    observation notes them (:mod:`changeflow.obs.rulestats`).
+    """
+    from changeflow.obs import rulestats
+
     pair = getattr(rule_filter, "rule_sets", None)
-    return filter_table(pair, table) if pair is not None else None
+    if pair is None:
+        return None
+    who = getattr(rule_filter, "client", None)
+    counts: list[tuple[dict[str, Any], int]] | None = [] if (
+        who is not None and rulestats.recording()) else None
+    out = filter_table(pair, table, counts=counts)
+    if out is not None and counts is not None and who is not None:
+        rulestats.note(who[0], who[1], pair, counts)
+    return out
 
