@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from changeflow.apply import delta_arrow, lookup_arrow, passes
+from changeflow.apply import delta_arrow, driver_pass, lookup_arrow, passes
 from changeflow.apply.arrow_files import open_checked
 from changeflow.apply.target import BUCKET, FileEntry, TargetTable, bucket_expr, write_files
 
@@ -79,6 +79,7 @@ def test_it_declines_what_it_cannot_show(spark, tmp_path: Path) -> None:  # type
 
 def test_an_apply_gives_the_same_with_either_path(spark, enqueue, tmp_path,  # type: ignore[no-untyped-def]
                                                   monkeypatch) -> None:
+    monkeypatch.setattr(driver_pass, "ENABLED", False)  # the Spark pass's pieces
     taken = spy_on(monkeypatch, delta_arrow, "write")
     fast = _scenario(spark, _cfg(tmp_path / "fast"), enqueue)
     assert taken and all(taken)

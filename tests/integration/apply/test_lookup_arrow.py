@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from changeflow.apply import conflicts, lookup_arrow
+from changeflow.apply import conflicts, driver_pass, lookup_arrow
 from changeflow.apply.arrow_files import spark_metadata
 from changeflow.apply.engine import apply_once
 from changeflow.apply.target import FileEntry, TargetTable
@@ -185,6 +185,7 @@ def _cfg(root: Path) -> Any:
 
 def test_an_apply_gives_the_same_with_either_path(spark, enqueue, tmp_path,  # type: ignore[no-untyped-def]
                                                   monkeypatch) -> None:
+    monkeypatch.setattr(driver_pass, "ENABLED", False)  # the Spark pass's pieces
     taken = spy_on(monkeypatch, lookup_arrow, "lookup")
     fast = _scenario(spark, _cfg(tmp_path / "fast"), enqueue)
     assert taken and all(taken)

@@ -20,9 +20,18 @@ pytestmark = pytest.mark.spark
 APPLY = "applies: [{name: ap, queue: strmadmin.apply_q@site2, buckets: 2}]"
 
 
+@pytest.mark.parametrize("driver", [True, False], ids=["driver-pass", "spark-pass"])
 def test_a_write_that_disagrees_with_the_lcrs_reaches_no_target(
-        spark, make_cfg, enqueue, monkeypatch) -> None:  # type: ignore[no-untyped-def]
-    from changeflow.apply import tables
+        spark, make_cfg, enqueue, monkeypatch, driver: bool) -> None:  # type: ignore[no-untyped-def]
+    lossy_scenario(spark, make_cfg, enqueue, monkeypatch, driver=driver)
+
+
+def lossy_scenario(spark, make_cfg, enqueue, monkeypatch, *,  # type: ignore[no-untyped-def]
+                   driver: bool) -> None:
+    """A pass (on the driver or in Spark) whose delta loses its tombstone."""
+    import pyarrow.compute as pc
+
+    from changeflow.apply import driver_pass, tables
 
     cfg = make_cfg(APPLY)
     enqueue(cfg, [row("INSERT", new=vals(id=i, name=f"n{i}"), pos=i) for i in (1, 2)])
@@ -35,7 +44,15 @@ def test_a_write_that_disagrees_with_the_lcrs_reaches_no_target(
     def lossy(self, seq, tag, failed):  # type: ignore[no-untyped-def]
         return real(self, seq, tag, failed).where("NOT _cf_deleted")  # a lost tombstone
 
+    real_driver = driver_pass._images
+
+    def lossy_driver(*args):  # type: ignore[no-untyped-def]
+        images = real_driver(*args)
+        return images.filter(pc.invert(images.column("_cf_deleted")))
+
     monkeypatch.setattr(tables.TablePlan, "images", lossy)
+    monkeypatch.setattr(driver_pass, "_images", lossy_driver)
+    monkeypatch.setattr(driver_pass, "ENABLED", driver)
     with pytest.raises(QualityError, match="target_rows_as_applied") as info:
         apply_once(spark, cfg, "ap")
     counts = next(c for c in info.value.report.blocking_failures
