@@ -168,22 +168,13 @@ def lookup_current(spark: SparkSession, table: TargetTable, files: list[FileEntr
         The raw rows of the keys, their current rows, and whether the raw rows come
         from the driver (Spark holds them already: caching them gains nothing).
     """
-    import pyarrow as pa
-    import pyarrow.compute as pc
 
     got: list[pa.Table] = []
     matched = lookup(spark, table, files, keys, columns, max_keys=max_keys, arrow_rows=got)
     spark_current = current_of(matched, table, columns, partial=partial)
     if partial or not got:
         return matched, spark_current, bool(got)
-    rows = got[0]
-    new = lookup_arrow.newest(rows, table.key_columns)
-    data = [c for c in columns if c not in table.key_columns]
-    cur = pa.table({**{k: new.column(k) for k in table.key_columns},
-                    "_c_exists": pc.invert(new.column("_cf_deleted")),
-                    "_c_src": new.column("_cf_src"), "_c_scn": new.column("_cf_scn"),
-                    "_c_pos": new.column("_cf_pos"),
-                    **{f"_c_{c}": new.column(c) for c in data}})
+    cur = lookup_arrow.current(got[0], table.key_columns, columns)
     return matched, lookup_arrow.frame(spark, cur, spark_current.schema), True
 
 

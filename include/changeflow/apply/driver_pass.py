@@ -235,7 +235,6 @@ class _Driver:
         """The raw images of the changed keys and their current rows (None: no files)."""
         import numpy as np
         import pyarrow as pa
-        import pyarrow.compute as pc
 
         t = plan.table
         touched = set(np.unique(bucket).tolist())
@@ -254,14 +253,7 @@ class _Driver:
             raise NotHere(f"the files of {t.name} are not local or not exact")
         wanted = pa.table({k: keys.column(k).cast(want.field(k).type) for k in t.key_columns})
         rows = lookup_arrow.read_matching(paths, want, wanted, t.key_columns)
-        new = lookup_arrow.newest(rows, t.key_columns)
-        data = [c for c in needed if c not in t.key_columns]
-        cur = pa.table({**{k: new.column(k) for k in t.key_columns},
-                        "_c_exists": pc.invert(new.column("_cf_deleted")),
-                        "_c_src": new.column("_cf_src"), "_c_scn": new.column("_cf_scn"),
-                        "_c_pos": new.column("_cf_pos"),
-                        **{f"_c_{c}": new.column(c) for c in data}})
-        return rows, cur
+        return rows, lookup_arrow.current(rows, t.key_columns, needed)
 
     # -- writing -------------------------------------------------------------------------
     def _write(self, work: list[_Work]) -> list[TargetWrite]:

@@ -175,3 +175,19 @@ def newest(rows: pa.Table, key_columns: list[str]) -> pa.Table:
         first = pa.concat_arrays([pa.array([True]), new_key.combine_chunks()
                                   if isinstance(new_key, pa.ChunkedArray) else new_key])
     return ranked.filter(first)
+
+
+def current(rows: pa.Table, key_columns: list[str], columns: list[str]) -> pa.Table:
+    """:func:`changeflow.apply.conflicts.current_of` of full images over Arrow: per key of
+    ``rows`` (raw images), whether it exists, its provenance and the given columns
+    (``_c_<column>``), from its newest image (:func:`newest`)."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    new = newest(rows, key_columns)
+    data = [c for c in columns if c not in key_columns]
+    return pa.table({**{k: new.column(k) for k in key_columns},
+                     "_c_exists": pc.invert(new.column("_cf_deleted")),
+                     "_c_src": new.column("_cf_src"), "_c_scn": new.column("_cf_scn"),
+                     "_c_pos": new.column("_cf_pos"),
+                     **{f"_c_{c}": new.column(c) for c in data}})
