@@ -23,9 +23,8 @@ Whatever is not plain is left to the Spark path, which then does the whole pass:
 :func:`run` returns None, having written nothing that stays. That is the case for a
 pass with DDL, user messages, command types outside INSERT/UPDATE/DELETE, an UPDATE that
 moves its key, DML or precommit handlers, enqueue destinations, a re-execution, rule
-sets that are not simple, target files with partial images (before compaction), a
-table that is new or evolves, files that are not local or not held as Spark writes
-them, and, once detected, any conflict, replay or superseded change (their
+sets that are not simple, target files with partial images (before compaction), files
+that are not local or not held as Spark writes them, and, once detected, any conflict, replay or superseded change (their
 resolution, error queue and handlers are the Spark path's). A pass of more than
 :data:`MAX_LCRS` LCRs is the Spark path's too.
 """
@@ -204,13 +203,13 @@ class _Driver:
         handlers = effective_handlers(p.rt.store, p.spec.name, p.spec.conflicts.handlers)
         plans = []
         for name, shape in shapes.items():
-            current = p.catalog.get(name)
+            # a new table or new columns: the header the commit records (old files lack
+            # the new columns: reads give NULLs)
             plan = p._plan(name, shape, ddl, [h for h in handlers if h.table == name])
             if p.failed or plan is None:
                 raise NotHere(f"table {name} cannot take the pass's LCRs as they are")
-            if plan.is_new or plan.cutoff is not None or current is None or \
-                    plan.table.columns != current.columns:
-                raise NotHere(f"table {name} is new or evolves")
+            if plan.cutoff is not None:
+                raise NotHere(f"table {name} was truncated or dropped")
             p.plans[name] = plan
             plans.append(plan)
         names = pc_names(table)
@@ -225,7 +224,7 @@ class _Driver:
         keys = _distinct_keys(eff, plan.table.key_columns)
         bucket = _buckets(self.p, keys, plan.table)
         current, before = None, None
-        if plan.lookup_needed:
+        if plan.lookup_needed and not plan.is_new:
             before, current = self._lookup(plan, keys, bucket)
         _detect(eff, current, plan)
         return _Work(plan, eff, keys, current, before)

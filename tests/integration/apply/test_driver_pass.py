@@ -81,7 +81,9 @@ def _passes() -> list[list[dict[str, Any]]]:
         *plain[10:13],
         row("UPDATE", old=vals(id=7, name="n7-0"), new=emp(7, 5), txn="p10", scn=400),
     ]
-    partial = [  # the driver's: UPDATEs without every column write partial images
+    partial = [  # the driver's: UPDATEs without every column write partial images, and
+        # an INSERT brings a new column (the table evolves; older rows read NULL)
+        row("INSERT", new=emp(200, 0, extra="new column"), txn="p11", scn=500, pos=3),
         row("UPDATE", old=vals(id=8), new=vals(id=8, name="only-the-name"), txn="p11",
             scn=500),
         row("UPDATE", old=vals(id=20), new=vals(id=20, name="name-only"), txn="p11",
@@ -128,8 +130,8 @@ def test_a_pass_on_the_driver_is_the_spark_pass(spark, enqueue, tmp_path,  # typ
                                                 monkeypatch) -> None:
     took = taken(monkeypatch, driver_pass, "run")
     fast = _run(spark, _cfg(tmp_path / "fast"), enqueue)
-    # new tables, a conflict and partial images in the files are the Spark path's
-    assert took == [False, True, False, True, True, False]
+    # a conflict and partial images in the touched files are the Spark path's
+    assert took == [True, True, False, True, True, False]
     monkeypatch.setattr(driver_pass, "ENABLED", False)
     took.clear()
     slow = _run(spark, _cfg(tmp_path / "slow"), enqueue)
@@ -144,8 +146,10 @@ def test_a_pass_on_the_driver_is_the_spark_pass(spark, enqueue, tmp_path,  # typ
     assert emp_rows[3][1] is None and emp_rows[8][1] == "n8-6"
     assert emp_rows[20][1] == "name-only"
     assert emp_rows[20][2] == Decimal("20.03")  # the partial image kept the other columns
+    assert emp_rows[200][-1] == "new column" and emp_rows[20][-1] is None
     assert emp_rows[5][1] == "n5-0" and emp_rows[6][1] == "n6-4"
     assert fast["results"][3] == (1, 1, {"hr.emp": 1}, 3, 0)  # three replays skipped
+    assert fast["results"][0] == (40, 50, {"hr.emp": 40, "hr.dept": 10}, 0, 0)  # created
 
 
 @pytest.mark.parametrize("lost", ["tombstones", "every row"])
@@ -224,11 +228,11 @@ clients:
     open_pipeline(cfg)
     took = taken(monkeypatch, driver_pass, "run")
     enqueue(cfg, _passes()[0])
-    apply_once(spark, cfg, "a", rule_filter=rule_filter(cfg, "apply", "a"))  # new table
+    apply_once(spark, cfg, "a", rule_filter=rule_filter(cfg, "apply", "a"))
     enqueue(cfg, _passes()[1])
     with logs.context(run_id="r-1"):
         res = apply_once(spark, cfg, "a", rule_filter=rule_filter(cfg, "apply", "a"))
-    assert took == [False, True]
+    assert took == [True, True]
     assert res.tables == {"hr.emp": 38} and "hr.dept" not in res.tables
     got = {(c["rule_set"], c["rule"]): (c["matched"], c["evaluated"])
            for c in rulestats.collect("apply", "a", "r-1") or []}
