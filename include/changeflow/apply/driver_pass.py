@@ -24,8 +24,9 @@ Whatever is not plain is left to the Spark path, which then does the whole pass:
 pass with DDL, user messages, command types outside INSERT/UPDATE/DELETE, an UPDATE that
 moves its key, DML or precommit handlers, enqueue destinations, a re-execution, rule
 sets that are not simple, target files with partial images (before compaction), files
-that are not local or not held as Spark writes them, and, once detected, any conflict, replay or superseded change (their
-resolution, error queue and handlers are the Spark path's). A pass of more than
+that are not local or not held as Spark writes them, and, once detected, any conflict,
+replay or superseded change (their resolution, error queue and handlers are the Spark
+path's). A pass of more than
 :data:`MAX_LCRS` LCRs is the Spark path's too.
 """
 
