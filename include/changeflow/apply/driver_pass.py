@@ -26,8 +26,7 @@ moves its key, DML or precommit handlers, enqueue destinations, a re-execution, 
 sets that are not simple, target files with partial images (before compaction), files
 that are not local or not held as Spark writes them, and, once detected, any conflict,
 replay or superseded change (their resolution, error queue and handlers are the Spark
-path's). A pass of more than
-:data:`MAX_LCRS` LCRs is the Spark path's too.
+path's). A pass of more than :data:`MAX_LCRS` LCRs is the Spark path's too.
 """
 
 from __future__ import annotations
