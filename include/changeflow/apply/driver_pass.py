@@ -181,6 +181,8 @@ class _Driver:
             if kept is None:
                 raise NotHere("rule sets that are not simple")
             table = kept
+        if any(table.column(c).null_count for c in ("object_owner", "object_name")):
+            raise NotHere("a row LCR without its table's owner or name")
         kinds = pc.unique(table.column("kind")).to_pylist()
         if any(k != "ROW" for k in kinds):
             raise NotHere("messages other than row LCRs")
@@ -384,13 +386,18 @@ def _shapes(table: pa.Table) -> dict[str, survey.TableShape]:
         "ot": _joined(table.column("old_values"), "type"),
         "one": pa.array([1] * table.num_rows, pa.int64())})
     g = t.group_by(["o", "n", "k", "c", "nc", "nt", "oc", "ot"], use_threads=False).aggregate(
-        [("one", "sum")]).sort_by([("o", "ascending"), ("n", "ascending")])
+        [("one", "sum")])
 
     def split(s: str | None) -> list[str]:
         return s.split("\x1e") if s else []
 
+    # A new table's columns come in the order the first shape lists them: the INSERTs'
+    # (every column, as the source lists them), then the widest (Spark's survey takes
+    # its groups in whatever order they come).
+    groups = sorted(g.to_pylist(), key=lambda r: (r["o"], r["n"], r["c"] != "INSERT",
+                                                  -len(split(r["nc"])), r["nc"], r["oc"]))
     out: dict[str, survey.TableShape] = {}
-    for r in g.to_pylist():
+    for r in groups:
         name = f"{r['o']}.{r['n']}".lower()
         shape = out.setdefault(name, survey.TableShape(name))
         shape.n += int(r["one_sum"])

@@ -237,3 +237,19 @@ clients:
     got = {(c["rule_set"], c["rule"]): (c["matched"], c["evaluated"])
            for c in rulestats.collect("apply", "a", "r-1") or []}
     assert got == {("ONLY_EMP", "EMP"): (38, 40), ("NO_DEPT", "DEPT"): (2, 40)}
+
+
+def test_a_new_tables_columns_come_in_the_inserts_order(spark, enqueue, tmp_path,  # type: ignore[no-untyped-def]
+                                                        monkeypatch) -> None:
+    cfg = _cfg(tmp_path / "o")
+    took = taken(monkeypatch, driver_pass, "run")
+    enqueue(cfg, [
+        row("UPDATE", old=vals(id=1), new=vals(id=1, score=(2.5, "BINARY_DOUBLE"), name="b"),
+            txn="u", scn=20),  # lists fewer columns, in another order
+        row("INSERT", new=emp(1, 0), txn="i", scn=10)])
+    res = apply_once(spark, cfg, "a")
+    assert took == [True] and res.tables == {"hr.emp": 2}
+    header = target_catalog(cfg, cfg.applies[0]).get("hr.emp")
+    assert header is not None
+    assert header.column_names == ["id", "name", "sal", "born", "seen", "local", "raw", "flag",
+                                   "score"]
