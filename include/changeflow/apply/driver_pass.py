@@ -38,13 +38,13 @@ import uuid
 from concurrent.futures import ThreadPoolExecutor
 from typing import TYPE_CHECKING, Any
 
-from changeflow import lcr
+from changeflow import fs, lcr
 from changeflow.apply import arrow_files as af
 from changeflow.apply import buckets_np, delta_arrow, lookup_arrow, positions, survey
 from changeflow.apply.ddl_parquet import DdlPlan
 from changeflow.apply.images import ORDER, lcr_key
 from changeflow.apply.positions import TxnId
-from changeflow.apply.target import BUCKET, META, TargetTable, bucket_expr
+from changeflow.apply.target import BUCKET, TargetTable, bucket_expr
 from changeflow.errors import QueueDataError
 from changeflow.quality.target import TargetWrite
 
@@ -267,7 +267,7 @@ class _Driver:
             kind = "pdelta" if w.plan.partial else "delta"
             data = _images(w.effects, t, t.version + 1, apply_tag)
             data = data.append_column(BUCKET, _buckets(p, data, t))
-            root = af.local_path(f"{t.root}/{kind}-v{t.version + 1}-{tag}")
+            root = af.local_path(fs.join(t.root, f"{kind}-v{t.version + 1}-{tag}"))
             if root is not None:
                 self.written.append(root)
             files = delta_arrow.write_arrow(t, data, kind, tag, p.spark.version)
@@ -275,7 +275,7 @@ class _Driver:
                 raise NotHere(f"the delta of {t.name} cannot be written with Arrow")
             quality = p.cfg.quality.enabled
             return TargetWrite(t, files, None, None, p._rows_before(w.plan), data.num_rows,
-                               before_arrow=_before(w) if quality else None,
+                               before_arrow=w.before if quality else None,
                                expected_arrow=_expected(w) if quality else None)
 
         with ThreadPoolExecutor(max_workers=min(4, max(1, len(work)))) as pool:
@@ -700,11 +700,6 @@ def _images(eff: pa.Table, t: TargetTable, seq: int, tag: bytes) -> pa.Table:
     return pa.Table.from_arrays([pc.cast(cols[f.name], f.type) for f in want], schema=want)
 
 
-def _before(w: _Work) -> pa.Table | None:
-    """The raw images of the changed keys before the pass (None: no file held them)."""
-    return w.before
-
-
 def _expected(w: _Work) -> pa.Table:
     """Per changed key: whether it existed and whether it should exist after the pass."""
     import pyarrow as pa
@@ -733,4 +728,4 @@ def _expected(w: _Work) -> pa.Table:
                      "present": pc.coalesce(out.column("present"), out.column("before"))})
 
 
-__all__ = ["ENABLED", "MAX_LCRS", "META", "NotHere", "effects", "run"]
+__all__ = ["ENABLED", "MAX_LCRS", "NotHere", "effects", "run"]
