@@ -108,6 +108,8 @@ def _unfit(p: Pass) -> str | None:
         return "a precommit handler"
     if p.rule_filter is not None and getattr(p.rule_filter, "rule_sets", None) is None:
         return "rule sets that transform messages"
+    if any(af.local_path(b.path or "") is None for b in p.batches):
+        return "batches not on the local file system"
     if sum(b.n_messages for b in p.batches) > MAX_LCRS:
         return f"more than {MAX_LCRS} LCRs"
     return None
