@@ -14,19 +14,22 @@ results and the same files:
   typed as the table declares them, the old values of the compared columns), the
   current rows of the changed keys are read from the touched buckets' files
   (:mod:`.lookup_arrow`), and conflict detection runs as :func:`.conflicts.detect`
-  does, over the effects sorted by key and run order;
+  does, over the effects sorted by key and run order; keys in trouble (a conflict, a
+  replay, a superseded change) are folded exactly by :func:`.conflicts.fold` with the
+  conflict handlers, as in the Spark path, while failed transactions change what later
+  ones find; ``stop_on_error`` cuts the pass at the first failure;
 * the images are written one file per touched bucket (:func:`.delta_arrow.write_arrow`,
   buckets by Spark's own hash, :mod:`.buckets_np`), checked (the quality rollup of
-  :mod:`changeflow.quality.target_arrow`) and committed by the pass as usual.
+  :mod:`changeflow.quality.target_arrow`), failed transactions' LCRs are written to
+  the error queue's files, and the pass commits as every pass does.
 
 Whatever is not plain is left to the Spark path, which then does the whole pass:
 :func:`run` returns None, having written nothing that stays. That is the case for a
 pass with DDL, user messages, command types outside INSERT/UPDATE/DELETE, an UPDATE that
 moves its key, DML or precommit handlers, enqueue destinations, a re-execution, rule
-sets that are not simple, target files with partial images (before compaction), files
-that are not local or not held as Spark writes them, and, once detected, any conflict,
-replay or superseded change (their resolution, error queue and handlers are the Spark
-path's). A pass of more than :data:`MAX_LCRS` LCRs is the Spark path's too.
+sets that are not simple, a TRUNCATE or DROP, target files with partial images in the
+touched buckets (before compaction), and files that are not local or not held as Spark
+writes them. A pass of more than :data:`MAX_LCRS` LCRs is the Spark path's too.
 """
 
 from __future__ import annotations
@@ -152,16 +155,33 @@ class _Driver:
         ddl = DdlPlan(p.catalog, p.spec, p.handlers)
         with p.step("conflicts"):
             work = self._tables(table, ddl)
+        excluded = set(p.failed) | p._cut
         with p.step("write"):
-            written = self._write(work)
+            written = self._write(work, excluded)
         with p.step("quality"):
             p._check(written)
+        with p.step("error queue and enqueue"):
+            files = self._error_files(table)
+        applied = [t for t in todo if t.id not in excluded]
         self.committing = True
         with p.step("commit"):
-            p._commit(written, ddl, todo, {}, True)
+            p._commit(written, ddl, applied, files, not p._cut)
         p.result.skipped += len(txns) - len(todo)
-        p._tally(written, todo, 0, ddl)
-        return True
+        p._tally(written, applied, 0, ddl)
+        return not p._cut
+
+    def _error_files(self, table: pa.Table) -> dict[str, tuple[str, int]]:
+        """Every failed transaction's LCRs (as received) in the error queue's files."""
+        import pyarrow.compute as pc
+
+        out: dict[str, tuple[str, int]] = {}
+        for t in self.p.failed:
+            mask = pc.and_(pc.and_(pc.equal(table.column("source_database_name"), t.source),
+                                   pc.equal(table.column("commit_scn"), t.scn)),
+                           pc.equal(table.column("transaction_id"), t.txn))
+            part = table.filter(pc.fill_null(mask, False)).select(list(lcr.FIELD_NAMES))
+            out[t.key] = self.p._error_file(part.sort_by([("position", "ascending")]))
+        return out
 
     # -- reading -------------------------------------------------------------------------
     def _read(self) -> pa.Table:
@@ -218,7 +238,29 @@ class _Driver:
             plans.append(plan)
         names = pc_names(table)
         with ThreadPoolExecutor(max_workers=min(4, max(1, len(plans)))) as pool:
-            return list(pool.map(lambda plan: self._table(plan, table, names), plans))
+            works = list(pool.map(lambda plan: self._table(plan, table, names), plans))
+        self._settle(works)
+        return works
+
+    def _settle(self, works: list[_Work]) -> None:
+        """Settle conflicts as :meth:`.passes.Pass._tables` does: while transactions
+        fail, what later ones find changes, so the tables they touch are looked at
+        again; then ``stop_on_error`` cuts the pass at the first failure."""
+        p = self.p
+        order = sorted(p.info)
+        todo = list(works)
+        for _ in range(len(order) + 1):
+            before = set(p.failed)
+            for w in todo:
+                for f in _settle(w, set(p.failed), p.times).values():
+                    p._fail(f)
+            new = set(p.failed) - before
+            if not new:
+                break
+            touched = set().union(*(p.info[t].tables for t in new if t in p.info),
+                                  *(p.failed[t].tables for t in new))
+            todo = [w for w in works if w.plan.table.name in touched]
+        p._stop_at_first_error(order)
 
     def _table(self, plan: TablePlan, table: pa.Table, names: pa.ChunkedArray) -> _Work:
         import pyarrow.compute as pc
@@ -230,7 +272,6 @@ class _Driver:
         current, before = None, None
         if plan.lookup_needed and not plan.is_new:
             before, current = self._lookup(plan, keys, bucket)
-        _detect(eff, current, plan)
         return _Work(plan, eff, keys, current, before)
 
     def _lookup(self, plan: TablePlan, keys: pa.Table, bucket: np.ndarray
@@ -259,15 +300,16 @@ class _Driver:
         return rows, lookup_arrow.current(rows, t.key_columns, needed)
 
     # -- writing -------------------------------------------------------------------------
-    def _write(self, work: list[_Work]) -> list[TargetWrite]:
+    def _write(self, work: list[_Work], excluded: set[TxnId]) -> list[TargetWrite]:
         p = self.p
         tag = uuid.uuid4().hex[:12]
         apply_tag = bytes.fromhex(p.spec.apply_tag)
 
         def one(w: _Work) -> TargetWrite:
             t = w.plan.table
-            kind = "pdelta" if w.plan.partial else "delta"
-            data = _images(w.effects, t, t.version + 1, apply_tag)
+            kind = "pdelta" if w.plan.partial or w.plan.folded_partial else "delta"
+            applied = w.applied(excluded)
+            data = _images(applied, t, t.version + 1, apply_tag)
             data = data.append_column(BUCKET, _buckets(p, data, t))
             root = af.local_path(fs.join(t.root, f"{kind}-v{t.version + 1}-{tag}"))
             if root is not None:
@@ -278,7 +320,7 @@ class _Driver:
             quality = p.cfg.quality.enabled
             return TargetWrite(t, files, None, None, p._rows_before(w.plan), data.num_rows,
                                before_arrow=w.before if quality else None,
-                               expected_arrow=_expected(w) if quality else None)
+                               expected_arrow=_expected(w, applied) if quality else None)
 
         with ThreadPoolExecutor(max_workers=min(4, max(1, len(work)))) as pool:
             return list(pool.map(one, work))
@@ -291,6 +333,15 @@ class _Work:
                  current: pa.Table | None, before: pa.Table | None):
         self.plan, self.effects, self.keys = plan, effects, keys
         self.current, self.before = current, before
+        self.fast: pa.Table = effects  # the effects that take the fast path
+        self.folded: pa.Table | None = None  # the fold's, for keys in trouble
+
+    def applied(self, excluded: set[TxnId]) -> pa.Table:
+        """The effects to write: the fast path's and the fold's, without ``excluded``'s."""
+        import pyarrow as pa
+
+        parts = [self.fast] + ([self.folded] if self.folded is not None else [])
+        return _without(pa.concat_tables(parts), excluded)
 
 
 # -- reading -----------------------------------------------------------------------------
@@ -577,16 +628,25 @@ def _buckets(p: Pass, rows: pa.Table, t: TargetTable) -> pa.Array:
 
 
 # -- detection ---------------------------------------------------------------------------
-def _detect(eff: pa.Table, current: pa.Table | None, plan: TablePlan) -> None:
-    """:func:`.conflicts.detect` over Arrow, raising :class:`NotHere` on the first effect
-    that does not take the fast path (a conflict, a replay or a superseded change)."""
+class _Found:
+    """:func:`.conflicts.detect`'s output over Arrow: the effects joined with their keys'
+    current rows, sorted by key and run order, with per row whether it is its key's
+    first, a replay or superseded change (``skip``) or a conflict."""
+
+    def __init__(self, df: pa.Table, first: np.ndarray, skip: np.ndarray,
+                 conflict: np.ndarray):
+        self.df, self.first, self.skip, self.conflict = df, first, skip, conflict
+
+
+def _detect(eff: pa.Table, current: pa.Table | None, plan: TablePlan) -> _Found | None:
+    """:func:`.conflicts.detect` over Arrow (None: nothing to detect)."""
     import numpy as np
     import pyarrow as pa
     import pyarrow.compute as pc
 
     t, compare, detect = plan.table, plan.compare, plan.detect
     if (current is None and not detect) or eff.num_rows == 0:
-        return
+        return None
     keys = t.key_columns
     if current is not None:
         # Arrow joins carry no list columns: join the keys and a row number, then align
@@ -618,45 +678,94 @@ def _detect(eff: pa.Table, current: pa.Table | None, plan: TablePlan) -> None:
     def arr(name: str) -> Any:
         return df.column(name).combine_chunks()
 
+    def flag(x: Any) -> np.ndarray:
+        return pc.fill_null(x, False).to_numpy(zero_copy_only=False)
+
     c_scn = arr("_c_scn")
     found = pc.is_valid(c_scn).to_numpy(zero_copy_only=False)
-    same_src = found & pc.fill_null(pc.equal(arr("_c_src"), arr("_e_src")), False) \
-        .to_numpy(zero_copy_only=False)
-    scn_eq = pc.fill_null(pc.equal(c_scn, arr("_e_scn")), False).to_numpy(zero_copy_only=False)
-    scn_gt = pc.fill_null(pc.greater(c_scn, arr("_e_scn")), False).to_numpy(
-        zero_copy_only=False)
-    pos_eq = pc.fill_null(pc.equal(arr("_c_pos"), arr("_e_pos")), False).to_numpy(
-        zero_copy_only=False)
-    pos_gt = pc.fill_null(pc.greater(arr("_c_pos"), arr("_e_pos")), False).to_numpy(
-        zero_copy_only=False)
+    same_src = found & flag(pc.equal(arr("_c_src"), arr("_e_src")))
+    scn_eq, scn_gt = flag(pc.equal(c_scn, arr("_e_scn"))), flag(pc.greater(c_scn,
+                                                                             arr("_e_scn")))
+    pos_eq = flag(pc.equal(arr("_c_pos"), arr("_e_pos")))
+    pos_gt = flag(pc.greater(arr("_c_pos"), arr("_e_pos")))
     skip = first & same_src & ((scn_eq & pos_eq) | scn_gt | (scn_eq & pos_gt))
-    if skip.any():
-        raise NotHere(f"a replayed or superseded change of {t.name}")
-    if not detect:
-        return
-    kind = np.asarray(arr("_e_kind").to_pylist(), dtype=object)
-    prev_kind = np.empty(n, dtype=object)
-    prev_kind[1:] = kind[:-1]
-    c_exists = pc.fill_null(arr("_c_exists"), False).to_numpy(zero_copy_only=False)
-    exists = np.where(first, c_exists, prev_kind != "D")
-    is_i = kind == "I"
-    differs = np.zeros(n, dtype=bool)
-    absent = arr("_e_absent")
-    for c in compare:
-        col = arr(c)
-        prev = pa.concat_arrays([pa.nulls(1, col.type), col.slice(0, n - 1)]) if n else col
-        prior = pc.if_else(pa.array(first), arr(f"_c_{c}"), prev)
-        prev_absent = np.zeros(n, dtype=bool)
-        if absent.null_count < n:
-            lacks = pc.fill_null(pc.list_contains(absent, c) if hasattr(pc, "list_contains")
-                                 else _contains(absent, c), False).to_numpy(zero_copy_only=False)
-            prev_absent[1:] = lacks[:-1]
-        known = first | ((prev_kind != "D") & ~prev_absent)
-        had = arr(f"_h_{c}").to_numpy(zero_copy_only=False)
-        differs |= had & known & ~_same(arr(f"_o_{c}"), prior).to_numpy(zero_copy_only=False)
-    conflict = (is_i & exists) | (~is_i & ~exists) | (~is_i & differs)
-    if conflict.any():
-        raise NotHere(f"a conflict on {t.name}")
+    conflict = np.zeros(n, dtype=bool)
+    if detect:
+        kind = np.asarray(arr("_e_kind").to_pylist(), dtype=object)
+        prev_kind = np.empty(n, dtype=object)
+        prev_kind[1:] = kind[:-1]
+        exists = np.where(first, flag(arr("_c_exists")), prev_kind != "D")
+        is_i = kind == "I"
+        differs = np.zeros(n, dtype=bool)
+        absent = arr("_e_absent")
+        for c in compare:
+            col = arr(c)
+            prev = pa.concat_arrays([pa.nulls(1, col.type), col.slice(0, n - 1)])
+            prior = pc.if_else(pa.array(first), arr(f"_c_{c}"), prev)
+            prev_absent = np.zeros(n, dtype=bool)
+            if absent.null_count < n:
+                lacks = flag(_contains(absent, c))
+                prev_absent[1:] = lacks[:-1]
+            known = first | ((prev_kind != "D") & ~prev_absent)
+            had = arr(f"_h_{c}").to_numpy(zero_copy_only=False)
+            differs |= had & known & ~_same(arr(f"_o_{c}"), prior).to_numpy(
+                zero_copy_only=False)
+        conflict = (is_i & exists) | (~is_i & ~exists) | (~is_i & differs)
+    return _Found(df, first, skip, conflict)
+
+
+def _settle(w: _Work, failed: set[TxnId], times: dict[TxnId, Any]) -> dict[TxnId, Any]:
+    """:meth:`.tables.TablePlan.conflicts` over Arrow: detect without the failed
+    transactions' effects, fold the keys in trouble exactly (:func:`.conflicts.fold`,
+    with the handlers), and keep every other key's effects as they are.
+
+    Returns:
+        Transactions that fail on this table (unresolved conflicts).
+    """
+    import numpy as np
+    import pyarrow as pa
+
+    from changeflow.apply import conflicts
+
+    plan = w.plan
+    eff = _without(w.effects, failed)
+    w.fast, w.folded = eff, None
+    plan.folded, plan.resolved, plan.skipped = [], 0, 0
+    found = _detect(eff, w.current, plan)
+    if found is None:
+        return {}
+    group = np.cumsum(found.first) - 1
+    groups = int(group[-1]) + 1
+    size = np.bincount(group, minlength=groups)
+    bad = np.bincount(group, weights=found.conflict | (found.skip & (size[group] > 1)),
+                      minlength=groups)[group] > 0
+    troubled = bad | (np.bincount(group, weights=found.skip, minlength=groups)[group] > 0)
+    if not troubled.any():
+        return {}
+    rows = found.df.filter(pa.array(bad)).to_pylist()
+    out = conflicts.fold(rows, plan.table, plan.compare, plan.handlers, times)
+    w.fast = found.df.filter(pa.array(~troubled)).select(eff.column_names)
+    if out.effects:
+        w.folded = pa.Table.from_pylist([{c: r.get(c) for c in eff.column_names}
+                                         for r in out.effects], schema=eff.schema)
+    plan.folded, plan.resolved = out.effects, out.resolved
+    plan.skipped = out.skipped + int((found.skip & ~bad).sum())
+    return out.failed
+
+
+def _without(eff: pa.Table, txns: set[TxnId]) -> pa.Table:
+    """Effects without those of the given transactions."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    if not txns or eff.num_rows == 0:
+        return eff
+    sep = "\x1f"
+    ids = pc.binary_join_element_wise(
+        eff.column("_e_src"), pc.cast(eff.column("_e_scn"), pa.string()),
+        eff.column("_e_txn"), sep)
+    gone = pa.array([t.key for t in txns], pa.string())
+    return eff.filter(pc.invert(pc.is_in(ids, value_set=gone)))
 
 
 def _firsts(ranked: pa.Table, keys: list[str]) -> np.ndarray:
@@ -702,13 +811,13 @@ def _images(eff: pa.Table, t: TargetTable, seq: int, tag: bytes) -> pa.Table:
     return pa.Table.from_arrays([pc.cast(cols[f.name], f.type) for f in want], schema=want)
 
 
-def _expected(w: _Work) -> pa.Table:
-    """Per changed key: whether it existed and whether it should exist after the pass."""
+def _expected(w: _Work, eff: pa.Table) -> pa.Table:
+    """Per changed key: whether it existed and whether it should exist after the pass
+    (``eff``: the effects it applies)."""
     import pyarrow as pa
     import pyarrow.compute as pc
 
     keys = w.plan.table.key_columns
-    eff = w.effects
     # Spark's window order: descending, NULLs last
     order = pc.sort_indices(eff, sort_keys=[*[(k, "ascending", "at_start") for k in keys],
                                             *[(c, "descending", "at_end") for c in ORDER]])

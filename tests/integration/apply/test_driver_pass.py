@@ -25,13 +25,18 @@ pytestmark = pytest.mark.spark
 T = dt.datetime(2024, 3, 4, 5, 6, 7, 891011, tzinfo=dt.UTC)
 APPLY = """
 applies:
-  - {name: a, queue: strmadmin.apply_q@site2, buckets: 4}
+  - name: a
+    queue: strmadmin.apply_q@site2
+    buckets: 4
+    conflicts:
+      handlers: [{table: hr.dept, columns: [title], method: OVERWRITE}]
+    errors: {stop_on_error: STOP}
 """
 
 
-def _cfg(root: Path) -> Any:
+def _cfg(root: Path, *, stop: bool = False) -> Any:
     root.mkdir()
-    (root / "pipeline.yaml").write_text(BASE + APPLY)
+    (root / "pipeline.yaml").write_text(BASE + APPLY.replace("STOP", str(stop).lower()))
     cfg = load_config(root / "pipeline.yaml")
     open_pipeline(cfg)
     return cfg
@@ -73,9 +78,22 @@ def _passes() -> list[list[dict[str, Any]]]:
         *[row("UPDATE", old=vals(id=i, name=f"n{i}-0"), new=emp(i, 3), txn=f"q{i}",
               scn=200 + i) for i in range(10, 40)],
     ]
-    conflict = [  # the Spark path's: p8 finds another name than it expects (error queue)
+    conflict = [  # conflicts, settled on the driver as in Spark:
+        # p8 finds another name than it expects: it fails whole, its hr.dept row too
         row("UPDATE", old=vals(id=5, name="not-this"), new=emp(5, 4), txn="p8", scn=300),
+        row("UPDATE", old=vals(code="D3", title="D3-0"), new=dept("D3", 8), table="HR.DEPT",
+            key=("CODE",), txn="p8", scn=300, pos=2),
         row("UPDATE", old=vals(id=6, name="n6-0"), new=emp(6, 4), txn="p9", scn=301),
+        # OVERWRITE resolves an update conflict on hr.dept's title
+        row("UPDATE", old=vals(code="D4", title="not-this"), new=dept("D4", 9),
+            table="HR.DEPT", key=("CODE",), txn="p13", scn=302),
+        # an INSERT of an existing key and a DELETE of a missing one: no handler, they fail
+        row("INSERT", new=emp(7, 7), txn="p14", scn=303),
+        row("DELETE", old=vals(id=999), txn="p15", scn=304),
+        # superseded: key 11's image comes from a later commit of the same source
+        row("UPDATE", old=vals(id=11, name="n11-0"), new=emp(11, 8), txn="late", scn=150),
+        # a key that p8 (failed) touched first, then p16: p16 finds what p8 did not do
+        row("UPDATE", old=vals(id=5, name="n5-0"), new=emp(5, 6), txn="p16", scn=305),
     ]
     replay = [  # the driver's: q10..q12 were applied (skipped), p10 is new
         *plain[10:13],
@@ -116,7 +134,8 @@ def _run(spark: Any, cfg: Any, enqueue: Any) -> dict[str, Any]:
     for batch in _passes():
         enqueue(cfg, batch)
         r = apply_once(spark, cfg, "a")
-        results.append((r.transactions, r.changes, r.tables, r.skipped, r.errors))
+        results.append((r.transactions, r.changes, r.tables, r.skipped, r.errors,
+                        r.conflicts_resolved, r.superseded))
     catalog = tc(cfg, cfg.applies[0])
     rows = {t: sorted(tuple(x) for x in read_table(spark, catalog, t).collect())
             for t in ("hr.emp", "hr.dept")}
@@ -130,14 +149,16 @@ def test_a_pass_on_the_driver_is_the_spark_pass(spark, enqueue, tmp_path,  # typ
                                                 monkeypatch) -> None:
     took = taken(monkeypatch, driver_pass, "run")
     fast = _run(spark, _cfg(tmp_path / "fast"), enqueue)
-    # a conflict and partial images in the touched files are the Spark path's
-    assert took == [True, True, False, True, True, False]
+    # partial images in the touched files are the Spark path's
+    assert took == [True, True, True, True, True, False]
     monkeypatch.setattr(driver_pass, "ENABLED", False)
     took.clear()
     slow = _run(spark, _cfg(tmp_path / "slow"), enqueue)
     assert took == [False] * 6
     assert fast["results"] == slow["results"]
-    assert fast["errors"] == slow["errors"] == [("p8", "conflict")]
+    assert fast["errors"] == slow["errors"]
+    assert sorted(fast["errors"]) == [("p14", "conflict"), ("p15", "conflict"),
+                                      ("p8", "conflict")]
     assert fast["counts"] == slow["counts"]
     assert fast["rows"] == slow["rows"]
     assert fast["raw"] == slow["raw"]  # the same images in the same buckets and files
@@ -147,9 +168,13 @@ def test_a_pass_on_the_driver_is_the_spark_pass(spark, enqueue, tmp_path,  # typ
     assert emp_rows[20][1] == "name-only"
     assert emp_rows[20][2] == Decimal("20.03")  # the partial image kept the other columns
     assert emp_rows[200][-1] == "new column" and emp_rows[20][-1] is None
-    assert emp_rows[5][1] == "n5-0" and emp_rows[6][1] == "n6-4"
-    assert fast["results"][3] == (1, 1, {"hr.emp": 1}, 3, 0)  # three replays skipped
-    assert fast["results"][0] == (40, 50, {"hr.emp": 40, "hr.dept": 10}, 0, 0)  # created
+    assert emp_rows[5][1] == "n5-6" and emp_rows[6][1] == "n6-4" and emp_rows[11][1] == "n11-3"
+    dept_rows = {r[0]: r for r in fast["rows"]["hr.dept"]}
+    assert dept_rows["D3"][1] == "D3-0" and dept_rows["D4"][1] == "D4-9"
+    assert fast["results"][2][4] == 3
+    assert fast["results"][3] == (1, 1, {"hr.emp": 1}, 3, 0, 0, 0)  # three replays skipped
+    assert fast["results"][0] == (40, 50, {"hr.emp": 40, "hr.dept": 10}, 0, 0, 0, 0)
+    assert fast["results"][2][5:] == (1, 1)  # one conflict resolved, one change superseded
 
 
 @pytest.mark.parametrize("lost", ["tombstones", "every row"])
@@ -223,7 +248,7 @@ clients:
       negative_rule_set: NO_DEPT}
 """)
     (root / "pipeline.yaml").write_text("version: 1\nrules: rules.yaml\n" + BASE.replace(
-        "version: 1\n", "") + APPLY)
+        "version: 1\n", "") + APPLY.replace("STOP", "false"))
     cfg = load_config(root / "pipeline.yaml")
     open_pipeline(cfg)
     took = taken(monkeypatch, driver_pass, "run")
@@ -253,3 +278,34 @@ def test_a_new_tables_columns_come_in_the_inserts_order(spark, enqueue, tmp_path
     assert header is not None
     assert header.column_names == ["id", "name", "sal", "born", "seen", "local", "raw", "flag",
                                    "score"]
+
+
+def test_stop_on_error_on_the_driver_is_the_spark_pass(spark, enqueue, tmp_path,  # type: ignore[no-untyped-def]
+                                                      monkeypatch) -> None:
+    from changeflow.apply.engine import ApplyStoppedError
+    from changeflow.apply.target import read_table
+
+    def scenario(root: Path) -> Any:
+        cfg = _cfg(root, stop=True)
+        for batch in _passes()[:2]:
+            enqueue(cfg, batch)
+            apply_once(spark, cfg, "a")
+        enqueue(cfg, _passes()[2])
+        with pytest.raises(ApplyStoppedError, match="p8"):
+            apply_once(spark, cfg, "a")
+        catalog = target_catalog(cfg, cfg.applies[0])
+        return ({t: sorted(tuple(x) for x in read_table(spark, catalog, t).collect())
+                 for t in ("hr.emp", "hr.dept")},
+                {t: _raw(spark, cfg, t) for t in ("hr.emp", "hr.dept")},
+                [(e.transaction_id, e.error_kind) for e in entries(catalog.store, "a")])
+
+    took = taken(monkeypatch, driver_pass, "run")
+    fast = scenario(tmp_path / "fast")
+    assert took[-1] is True  # the stopping pass ran on the driver
+    monkeypatch.setattr(driver_pass, "ENABLED", False)
+    slow = scenario(tmp_path / "slow")
+    assert fast == slow
+    # the pass's failures are in the error queue; what came after p8 waits for the next run
+    assert sorted(fast[2]) == [("p14", "conflict"), ("p15", "conflict"), ("p8", "conflict")]
+    emp_rows = {r[0]: r for r in fast[0]["hr.emp"]}
+    assert emp_rows[6][1] == "n6-0"  # p9 (after p8) not applied
