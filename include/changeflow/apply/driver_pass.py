@@ -39,13 +39,15 @@ import os
 import shutil
 import uuid
 from concurrent.futures import ThreadPoolExecutor
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from changeflow import fs, lcr
+from changeflow.apply import arrow_effects as ae
 from changeflow.apply import arrow_files as af
-from changeflow.apply import buckets_np, delta_arrow, lookup_arrow, positions, survey
+from changeflow.apply import buckets_np, delta_arrow, lookup_arrow, positions
+from changeflow.apply.arrow_detect import firsts, settle, without
 from changeflow.apply.ddl_parquet import DdlPlan
-from changeflow.apply.images import ORDER, lcr_key
+from changeflow.apply.images import ORDER
 from changeflow.apply.positions import TxnId
 from changeflow.apply.target import BUCKET, TargetTable, bucket_expr
 from changeflow.errors import QueueDataError
@@ -68,7 +70,7 @@ MAX_LCRS = 1_000_000
 _TXN = ("source_database_name", "commit_scn", "transaction_id")
 
 
-class NotHere(Exception):  # noqa: N818  (not an error: a reason to take the Spark path)
+class NotHere(af.Unproven):
     """The pass is not plain enough for the driver: the Spark path does it."""
 
 
@@ -144,12 +146,12 @@ class _Driver:
             warm_up()
         with p.step("survey"):
             table = self._read()
-            txns = _transactions(table)
+            txns = ae.transactions(table)
             with p.rt.store.read() as conn:
                 done = positions.done(conn, p.spec.name, [t.id for t in txns])
         todo = [t for t in txns if t.id not in done]
         if done:
-            table = table.filter(_not_done(table, done))
+            table = table.filter(ae.not_done(table, done))
         p.times = {t.id: t.commit_time for t in todo}
         p.info = {t.id: t for t in todo}
         ddl = DdlPlan(p.catalog, p.spec, p.handlers)
@@ -211,11 +213,9 @@ class _Driver:
         cmds = pc.unique(table.column("command_type")).to_pylist()
         if any(c not in ("INSERT", "UPDATE", "DELETE") for c in cmds):
             raise NotHere("a command type other than INSERT, UPDATE or DELETE")
-        if p.handlers.dml_tables():
-            names = pc.utf8_lower(pc.binary_join_element_wise(
-                table.column("object_owner"), table.column("object_name"), "."))
-            if set(pc.unique(names).to_pylist()) & p.handlers.dml_tables():
-                raise NotHere("DML handlers")
+        handled = p.handlers.dml_tables()
+        if handled and set(pc.unique(ae.table_names(table)).to_pylist()) & handled:
+            raise NotHere("DML handlers")
         return table
 
     # -- tables --------------------------------------------------------------------------
@@ -223,7 +223,7 @@ class _Driver:
         from changeflow.apply.conflicts import effective_handlers
 
         p = self.p
-        shapes = _shapes(table)
+        shapes = ae.shapes(table)
         handlers = effective_handlers(p.rt.store, p.spec.name, p.spec.conflicts.handlers)
         plans = []
         for name, shape in shapes.items():
@@ -236,7 +236,7 @@ class _Driver:
                 raise NotHere(f"table {name} was truncated or dropped")
             p.plans[name] = plan
             plans.append(plan)
-        names = pc_names(table)
+        names = ae.table_names(table)
         with ThreadPoolExecutor(max_workers=min(4, max(1, len(plans)))) as pool:
             works = list(pool.map(lambda plan: self._table(plan, table, names), plans))
         self._settle(works)
@@ -252,7 +252,9 @@ class _Driver:
         for _ in range(len(order) + 1):
             before = set(p.failed)
             for w in todo:
-                for f in _settle(w, set(p.failed), p.times).values():
+                w.fast, w.folded, failed = settle(w.effects, w.current, w.plan,
+                                                  set(p.failed), p.times)
+                for f in failed.values():
                     p._fail(f)
             new = set(p.failed) - before
             if not new:
@@ -266,8 +268,8 @@ class _Driver:
         import pyarrow.compute as pc
 
         mine = table.filter(pc.equal(names, plan.table.name))
-        eff = effects(mine, plan.table, plan.compare, partial=plan.partial)
-        keys = _distinct_keys(eff, plan.table.key_columns)
+        eff = ae.effects(mine, plan.table, plan.compare, partial=plan.partial)
+        keys = ae.distinct_keys(eff, plan.table.key_columns)
         bucket = _buckets(self.p, keys, plan.table)
         current, before = None, None
         if plan.lookup_needed and not plan.is_new:
@@ -341,7 +343,7 @@ class _Work:
         import pyarrow as pa
 
         parts = [self.fast] + ([self.folded] if self.folded is not None else [])
-        return _without(pa.concat_tables(parts), excluded)
+        return without(pa.concat_tables(parts), excluded)
 
 
 # -- reading -----------------------------------------------------------------------------
@@ -369,252 +371,6 @@ def _read_files(files: list[str]) -> list[pa.Table]:
         return list(pool.map(one, files))
 
 
-def pc_names(table: pa.Table) -> pa.ChunkedArray:
-    """Each message's target table name (``owner.name``, lower case)."""
-    import pyarrow.compute as pc
-
-    return pc.utf8_lower(pc.binary_join_element_wise(
-        table.column("object_owner"), table.column("object_name"), "."))
-
-
-def _transactions(table: pa.Table) -> list[survey.TxnInfo]:
-    """:func:`.survey.transactions` of plain row LCRs."""
-    import pyarrow as pa
-
-    if table.num_rows == 0:
-        return []
-    t = pa.table({**{c: table.column(c) for c in _TXN}, "t": table.column("commit_time"),
-                  "name": pc_names(table), "one": pa.array([1] * table.num_rows, pa.int64())})
-    g = t.group_by(list(_TXN), use_threads=False).aggregate(
-        [("t", "max"), ("one", "sum"), ("name", "distinct")])
-    out = []
-    for src, scn, txn, ct, n, names in zip(*(g.column(c).to_pylist() for c in (
-            *_TXN, "t_max", "one_sum", "name_distinct")), strict=True):
-        # as Spark's collect gives a timestamp: the local wall time, naive
-        local = ct.astimezone().replace(tzinfo=None) if ct is not None else None
-        out.append(survey.TxnInfo(TxnId(src, int(scn or 0), txn), local, int(n),
-                                  {x for x in names if x is not None}, False, None))
-    return sorted(out, key=lambda t: (t.id.scn, t.id.source, t.id.txn))
-
-
-def _not_done(table: pa.Table, done: set[TxnId]) -> pa.Array:
-    import pyarrow as pa
-    import pyarrow.compute as pc
-
-    sep = "\x1f"
-    ids = pc.binary_join_element_wise(
-        table.column("source_database_name"), pc.cast(table.column("commit_scn"), pa.string()),
-        table.column("transaction_id"), sep)
-    gone = pa.array([sep.join((t.source, str(t.scn), t.txn)) for t in done], pa.string())
-    return pc.invert(pc.is_in(ids, value_set=gone))
-
-
-def _joined(map_col: Any, part: str) -> pa.Array:
-    """Per row, the names or types of a value map joined into one string."""
-    import pyarrow as pa
-    import pyarrow.compute as pc
-
-    keys, values, offsets = _entries(map_col)
-    flat = keys if part == "key" else pc.struct_field(values, ["type"])
-    lists = pa.ListArray.from_arrays(pa.array(offsets, pa.int32()), pc.fill_null(flat, "\x00"))
-    return pc.binary_join(lists, "\x1e")
-
-
-def _shapes(table: pa.Table) -> dict[str, survey.TableShape]:
-    """:func:`.survey.tables` of plain row LCRs."""
-    import pyarrow as pa
-    import pyarrow.compute as pc
-
-    if table.num_rows == 0:
-        return {}
-    kc = table.column("key_columns").combine_chunks()
-    keys = pc.binary_join(pa.ListArray.from_arrays(
-        pc.subtract(kc.offsets, kc.offsets[0]), pc.fill_null(pc.list_flatten(kc), "")), "\x1e")
-    t = pa.table({
-        "o": table.column("object_owner"), "n": table.column("object_name"),
-        "k": pc.fill_null(keys, ""), "c": table.column("command_type"),
-        "nc": _joined(table.column("new_values"), "key"),
-        "nt": _joined(table.column("new_values"), "type"),
-        "oc": _joined(table.column("old_values"), "key"),
-        "ot": _joined(table.column("old_values"), "type"),
-        "one": pa.array([1] * table.num_rows, pa.int64())})
-    g = t.group_by(["o", "n", "k", "c", "nc", "nt", "oc", "ot"], use_threads=False).aggregate(
-        [("one", "sum")])
-
-    def split(s: str | None) -> list[str]:
-        return s.split("\x1e") if s else []
-
-    # A new table's columns come in the order the first shape lists them: the INSERTs'
-    # (every column, as the source lists them), then the widest (Spark's survey takes
-    # its groups in whatever order they come).
-    groups = sorted(g.to_pylist(), key=lambda r: (r["o"], r["n"], r["c"] != "INSERT",
-                                                  -len(split(r["nc"])), r["nc"], r["oc"]))
-    out: dict[str, survey.TableShape] = {}
-    for r in groups:
-        name = f"{r['o']}.{r['n']}".lower()
-        shape = out.setdefault(name, survey.TableShape(name))
-        shape.n += int(r["one_sum"])
-        if not shape.key_columns and r["k"]:
-            shape.key_columns.extend(k.lower() for k in split(r["k"]))
-        known = {c for c, _ in shape.columns}
-        for names, types in ((split(r["nc"]), split(r["nt"])), (split(r["oc"]),
-                                                                 split(r["ot"]))):
-            for col, ltype in zip(names, types, strict=True):
-                if col.lower() not in known and ltype and ltype != "\x00":
-                    shape.columns.append((col.lower(), ltype))
-                    known.add(col.lower())
-        shape.old_columns.update(c.lower() for c in split(r["oc"]))
-        if r["c"] == "UPDATE":
-            shape.update_sets.append({c.lower() for c in split(r["nc"])})
-    return out
-
-
-# -- effects -----------------------------------------------------------------------------
-def _entries(col: Any) -> tuple[Any, Any, np.ndarray]:
-    """A map column's keys and values (every row's entries, in row order) and per row the
-    offset of its first entry in them (``n + 1`` offsets)."""
-    import numpy as np
-    import pyarrow as pa
-
-    arr = col.combine_chunks() if isinstance(col, pa.ChunkedArray) else col
-    offsets = arr.offsets.to_numpy().astype(np.int64)
-    lo, hi = int(offsets[0]), int(offsets[-1])
-    # a map's keys and items are its whole child arrays, whatever slice it is
-    return arr.keys.slice(lo, hi - lo), arr.items.slice(lo, hi - lo), offsets - lo
-
-
-class _Values:
-    """One value map column (``new_values`` or ``old_values``), looked up by column."""
-
-    def __init__(self, col: Any):
-        import numpy as np
-
-        self.keys, self.values, offsets = _entries(col)
-        self.n = len(offsets) - 1
-        self.parents = np.repeat(np.arange(self.n, dtype=np.int64), np.diff(offsets))
-
-    def find(self, column: str) -> np.ndarray:
-        """Per row, the entry index of the column's value (-1: the map does not carry it)."""
-        import numpy as np
-        import pyarrow.compute as pc
-
-        hit = pc.equal(self.keys, lcr_key(column))
-        idx = np.flatnonzero(hit.to_numpy(zero_copy_only=False))
-        rows = self.parents[idx]
-        if len(np.unique(rows)) != len(rows):
-            raise NotHere(f"a value map carries {column!r} twice")
-        out = np.full(self.n, -1, dtype=np.int64)
-        out[rows] = idx
-        return out
-
-    def typed(self, where: np.ndarray, field: str) -> pa.Array:
-        """The values at ``where`` (entry indices; -1 gives NULL), one struct field."""
-        import pyarrow as pa
-        import pyarrow.compute as pc
-
-        picked = self.values.take(pa.array(where, mask=where < 0))
-        return pc.struct_field(picked, [field])
-
-    def whole(self, where: np.ndarray) -> pa.Array:
-        import pyarrow as pa
-
-        return self.values.take(pa.array(where, mask=where < 0))
-
-
-def _same(a: pa.Array, b: pa.Array) -> pa.Array:
-    """NULL-safe equality (``<=>``), NaN equal to NaN as in Spark."""
-    import pyarrow as pa
-    import pyarrow.compute as pc
-
-    both_null = pc.and_(pc.is_null(a), pc.is_null(b))
-    eq = pc.fill_null(pc.equal(a, b), False)
-    if pa.types.is_floating(a.type):
-        eq = pc.or_(eq, pc.fill_null(pc.and_(pc.is_nan(a), pc.is_nan(b)), False))
-    return pc.or_(both_null, eq)
-
-
-def effects(changes: pa.Table, table: TargetTable, compare: list[str], *,
-            partial: bool) -> pa.Table:
-    """:func:`.images.effects` over Arrow, for LCRs whose UPDATEs keep their key.
-
-    Raises:
-        NotHere: an UPDATE moves its key (its two effects are the Spark path's).
-    """
-    import numpy as np
-    import pyarrow as pa
-    import pyarrow.compute as pc
-
-    n = changes.num_rows
-    new, old = _Values(changes.column("new_values")), _Values(changes.column("old_values"))
-    cmd = changes.column("command_type").combine_chunks()
-    is_i = pc.equal(cmd, "INSERT").to_numpy(zero_copy_only=False)
-    is_u = pc.equal(cmd, "UPDATE").to_numpy(zero_copy_only=False)
-    is_d = pc.equal(cmd, "DELETE").to_numpy(zero_copy_only=False)
-    types = dict(table.columns)
-    where_new = {c: new.find(c) for c in table.column_names}
-    where_old = {c: old.find(c) for c in {*table.key_columns, *compare}}
-    for k in table.key_columns:
-        o, nw = where_old[k], where_new[k]
-        both = is_u & (o >= 0) & (nw >= 0)
-        if both.any():
-            ov, nv = old.whole(o), new.whole(nw)
-            same = pa.array([True] * n)
-            for i in range(ov.type.num_fields):
-                f = ov.type.field(i).name
-                same = pc.and_(same, _same(pc.struct_field(ov, [f]), pc.struct_field(nv, [f])))
-            o_there = pc.is_valid(ov).to_numpy(zero_copy_only=False)
-            n_there = pc.is_valid(nv).to_numpy(zero_copy_only=False)
-            moved = both & o_there & n_there & ~same.to_numpy(zero_copy_only=False)
-            if moved.any():
-                raise NotHere("an UPDATE moves its key")
-    cols: dict[str, Any] = {}
-    for k in table.key_columns:
-        field = lcr.LOGICAL_TYPES[types[k]].field
-        # INSERT: the new value; DELETE: the old one; UPDATE: the old one if carried.
-        use_old = is_d | (is_u & (where_old[k] >= 0))
-        where = np.where(use_old, -1, where_new[k])
-        from_new = new.typed(where, field)
-        from_old = old.typed(np.where(use_old, where_old[k], -1), field)
-        cols[k] = pc.if_else(pa.array(use_old), from_old, from_new)
-    for c, t in table.columns:
-        if c in table.key_columns:
-            continue
-        cols[c] = new.typed(np.where(is_d, -1, where_new[c]), lcr.LOGICAL_TYPES[t].field)
-    kind = np.where(is_i, "I", np.where(is_u, "U", "D"))
-    cols["_e_kind"] = pa.array(kind, pa.string())
-    cols["_e_src"] = changes.column("source_database_name")
-    cols["_e_scn"] = changes.column("commit_scn")
-    cols["_e_txn"] = changes.column("transaction_id")
-    cols["_e_pos"] = changes.column("position")
-    cols["_e_sub"] = pa.array(np.zeros(n, dtype=np.int32))
-    cols["_e_msg"] = changes.column("msg_id")
-    cols["_e_absent"] = _absent(table, where_new, where_old, is_u, partial, n)
-    for c in compare:
-        cols[f"_o_{c}"] = old.typed(where_old[c], lcr.LOGICAL_TYPES[types[c]].field)
-        cols[f"_h_{c}"] = pa.array(where_old[c] >= 0)
-    return pa.table(cols)
-
-
-def _absent(table: TargetTable, where_new: dict[str, np.ndarray],
-            where_old: dict[str, np.ndarray], is_u: np.ndarray, partial: bool,
-            n: int) -> pa.Array:
-    """Per UPDATE effect, the data columns its new values lack (NULL: none or not U)."""
-    import pyarrow as pa
-
-    data = [c for c, _ in table.columns if c not in table.key_columns]
-    if not partial or not data:
-        return pa.nulls(n, pa.list_(pa.string()))
-    lacking: list[list[str]] = [[] for _ in range(n)]
-    for c in data:
-        for i in (is_u & (where_new[c] < 0)).nonzero()[0].tolist():
-            lacking[i].append(c)
-    return pa.array([x or None for x in lacking], pa.list_(pa.string()))
-
-
-def _distinct_keys(eff: pa.Table, key_columns: list[str]) -> pa.Table:
-    return eff.select(key_columns).group_by(key_columns, use_threads=False).aggregate([])
-
-
 def _buckets(p: Pass, rows: pa.Table, t: TargetTable) -> pa.Array:
     """Spark's bucket of each row's key (numpy, or a Spark job for other key types)."""
     import pyarrow as pa
@@ -625,168 +381,6 @@ def _buckets(p: Pass, rows: pa.Table, t: TargetTable) -> pa.Array:
     frame = p.spark.createDataFrame(rows.select(t.key_columns))
     out = frame.select(bucket_expr(t.key_columns, t.buckets).alias(BUCKET)).toArrow()
     return out.column(BUCKET).cast(pa.int32()).combine_chunks()
-
-
-# -- detection ---------------------------------------------------------------------------
-class _Found:
-    """:func:`.conflicts.detect`'s output over Arrow: the effects joined with their keys'
-    current rows, sorted by key and run order, with per row whether it is its key's
-    first, a replay or superseded change (``skip``) or a conflict."""
-
-    def __init__(self, df: pa.Table, first: np.ndarray, skip: np.ndarray,
-                 conflict: np.ndarray):
-        self.df, self.first, self.skip, self.conflict = df, first, skip, conflict
-
-
-def _detect(eff: pa.Table, current: pa.Table | None, plan: TablePlan) -> _Found | None:
-    """:func:`.conflicts.detect` over Arrow (None: nothing to detect)."""
-    import numpy as np
-    import pyarrow as pa
-    import pyarrow.compute as pc
-
-    t, compare, detect = plan.table, plan.compare, plan.detect
-    if (current is None and not detect) or eff.num_rows == 0:
-        return None
-    keys = t.key_columns
-    if current is not None:
-        # Arrow joins carry no list columns: join the keys and a row number, then align
-        index = pa.array(np.arange(eff.num_rows, dtype=np.int64))
-        left = pa.table({**{k: eff.column(k) for k in keys}, "_cf_i": index})
-        got = left.join(current, keys, join_type="left outer", use_threads=False,
-                        coalesce_keys=True)
-        if got.num_rows != eff.num_rows:
-            raise NotHere("the current rows of a key are not one")
-        got = got.take(pc.sort_indices(got.column("_cf_i")))
-        df = eff
-        for name in current.column_names:
-            if name not in keys:
-                df = df.append_column(name, got.column(name))
-    else:
-        df = eff.append_column("_c_exists", pa.nulls(eff.num_rows, pa.bool_())) \
-            .append_column("_c_src", pa.nulls(eff.num_rows, pa.string())) \
-            .append_column("_c_scn", pa.nulls(eff.num_rows, pa.int64())) \
-            .append_column("_c_pos", pa.nulls(eff.num_rows, pa.int64()))
-        for c in compare:
-            df = df.append_column(f"_c_{c}", pa.nulls(eff.num_rows, eff.column(c).type))
-    # Spark's window order: ascending, NULLs first
-    order = pc.sort_indices(df, sort_keys=[*[(k, "ascending", "at_start") for k in keys],
-                                           *[(c, "ascending", "at_start") for c in ORDER]])
-    df = df.take(order).combine_chunks()
-    n = df.num_rows
-    first = _firsts(df, keys)
-
-    def arr(name: str) -> Any:
-        return df.column(name).combine_chunks()
-
-    def flag(x: Any) -> np.ndarray:
-        return pc.fill_null(x, False).to_numpy(zero_copy_only=False)
-
-    c_scn = arr("_c_scn")
-    found = pc.is_valid(c_scn).to_numpy(zero_copy_only=False)
-    same_src = found & flag(pc.equal(arr("_c_src"), arr("_e_src")))
-    scn_eq, scn_gt = flag(pc.equal(c_scn, arr("_e_scn"))), flag(pc.greater(c_scn,
-                                                                             arr("_e_scn")))
-    pos_eq = flag(pc.equal(arr("_c_pos"), arr("_e_pos")))
-    pos_gt = flag(pc.greater(arr("_c_pos"), arr("_e_pos")))
-    skip = first & same_src & ((scn_eq & pos_eq) | scn_gt | (scn_eq & pos_gt))
-    conflict = np.zeros(n, dtype=bool)
-    if detect:
-        kind = np.asarray(arr("_e_kind").to_pylist(), dtype=object)
-        prev_kind = np.empty(n, dtype=object)
-        prev_kind[1:] = kind[:-1]
-        exists = np.where(first, flag(arr("_c_exists")), prev_kind != "D")
-        is_i = kind == "I"
-        differs = np.zeros(n, dtype=bool)
-        absent = arr("_e_absent")
-        for c in compare:
-            col = arr(c)
-            prev = pa.concat_arrays([pa.nulls(1, col.type), col.slice(0, n - 1)])
-            prior = pc.if_else(pa.array(first), arr(f"_c_{c}"), prev)
-            prev_absent = np.zeros(n, dtype=bool)
-            if absent.null_count < n:
-                lacks = flag(_contains(absent, c))
-                prev_absent[1:] = lacks[:-1]
-            known = first | ((prev_kind != "D") & ~prev_absent)
-            had = arr(f"_h_{c}").to_numpy(zero_copy_only=False)
-            differs |= had & known & ~_same(arr(f"_o_{c}"), prior).to_numpy(
-                zero_copy_only=False)
-        conflict = (is_i & exists) | (~is_i & ~exists) | (~is_i & differs)
-    return _Found(df, first, skip, conflict)
-
-
-def _settle(w: _Work, failed: set[TxnId], times: dict[TxnId, Any]) -> dict[TxnId, Any]:
-    """:meth:`.tables.TablePlan.conflicts` over Arrow: detect without the failed
-    transactions' effects, fold the keys in trouble exactly (:func:`.conflicts.fold`,
-    with the handlers), and keep every other key's effects as they are.
-
-    Returns:
-        Transactions that fail on this table (unresolved conflicts).
-    """
-    import numpy as np
-    import pyarrow as pa
-
-    from changeflow.apply import conflicts
-
-    plan = w.plan
-    eff = _without(w.effects, failed)
-    w.fast, w.folded = eff, None
-    plan.folded, plan.resolved, plan.skipped = [], 0, 0
-    found = _detect(eff, w.current, plan)
-    if found is None:
-        return {}
-    group = np.cumsum(found.first) - 1
-    groups = int(group[-1]) + 1
-    size = np.bincount(group, minlength=groups)
-    bad = np.bincount(group, weights=found.conflict | (found.skip & (size[group] > 1)),
-                      minlength=groups)[group] > 0
-    troubled = bad | (np.bincount(group, weights=found.skip, minlength=groups)[group] > 0)
-    if not troubled.any():
-        return {}
-    rows = found.df.filter(pa.array(bad)).to_pylist()
-    out = conflicts.fold(rows, plan.table, plan.compare, plan.handlers, times)
-    w.fast = found.df.filter(pa.array(~troubled)).select(eff.column_names)
-    if out.effects:
-        w.folded = pa.Table.from_pylist([{c: r.get(c) for c in eff.column_names}
-                                         for r in out.effects], schema=eff.schema)
-    plan.folded, plan.resolved = out.effects, out.resolved
-    plan.skipped = out.skipped + int((found.skip & ~bad).sum())
-    return out.failed
-
-
-def _without(eff: pa.Table, txns: set[TxnId]) -> pa.Table:
-    """Effects without those of the given transactions."""
-    import pyarrow as pa
-    import pyarrow.compute as pc
-
-    if not txns or eff.num_rows == 0:
-        return eff
-    sep = "\x1f"
-    ids = pc.binary_join_element_wise(
-        eff.column("_e_src"), pc.cast(eff.column("_e_scn"), pa.string()),
-        eff.column("_e_txn"), sep)
-    gone = pa.array([t.key for t in txns], pa.string())
-    return eff.filter(pc.invert(pc.is_in(ids, value_set=gone)))
-
-
-def _firsts(ranked: pa.Table, keys: list[str]) -> np.ndarray:
-    """Per row of a table sorted by key, whether it is its key's first (NULL = NULL)."""
-    import numpy as np
-
-    n = ranked.num_rows
-    first = np.ones(n, dtype=bool)
-    if n > 1:
-        same = np.ones(n - 1, dtype=bool)
-        for k in keys:
-            col = ranked.column(k)
-            same &= _same(col.slice(1), col.slice(0, n - 1)).to_numpy(zero_copy_only=False)
-        first[1:] = ~same
-    return first
-
-
-def _contains(lists: pa.Array, value: str) -> pa.Array:
-    import pyarrow as pa
-
-    return pa.array([None if x is None else value in x for x in lists.to_pylist()])
 
 
 # -- images and the quality check's inputs -----------------------------------------------
@@ -822,7 +416,7 @@ def _expected(w: _Work, eff: pa.Table) -> pa.Table:
     order = pc.sort_indices(eff, sort_keys=[*[(k, "ascending", "at_start") for k in keys],
                                             *[(c, "descending", "at_end") for c in ORDER]])
     ranked = eff.take(order).combine_chunks()
-    last = ranked.filter(pa.array(_firsts(ranked, keys)))
+    last = ranked.filter(pa.array(firsts(ranked, keys)))
     present = pa.table({**{k: last.column(k) for k in keys},
                         "present": pc.not_equal(last.column("_e_kind"), "D")})
     every = w.keys
@@ -839,4 +433,4 @@ def _expected(w: _Work, eff: pa.Table) -> pa.Table:
                      "present": pc.coalesce(out.column("present"), out.column("before"))})
 
 
-__all__ = ["ENABLED", "MAX_LCRS", "NotHere", "effects", "run"]
+__all__ = ["ENABLED", "MAX_LCRS", "NotHere", "run"]

@@ -309,3 +309,23 @@ def test_stop_on_error_on_the_driver_is_the_spark_pass(spark, enqueue, tmp_path,
     assert sorted(fast[2]) == [("p14", "conflict"), ("p15", "conflict"), ("p8", "conflict")]
     emp_rows = {r[0]: r for r in fast[0]["hr.emp"]}
     assert emp_rows[6][1] == "n6-0"  # p9 (after p8) not applied
+
+
+def test_an_update_that_moves_its_key_takes_the_spark_pass(spark, enqueue, tmp_path,  # type: ignore[no-untyped-def]
+                                                          monkeypatch) -> None:
+    cfg = _cfg(tmp_path / "m")
+    took = taken(monkeypatch, driver_pass, "run")
+    enqueue(cfg, _passes()[0])
+    apply_once(spark, cfg, "a")
+    enqueue(cfg, [row("UPDATE", old=vals(id=1, name="n1-0"), new=emp(500, 1), txn="m",
+                      scn=100)])
+    res = apply_once(spark, cfg, "a")
+    assert took == [True, False] and res.tables == {"hr.emp": 2}  # a tombstone, an image
+    ids = {r[0] for r in target_rows(spark, cfg)}
+    assert 500 in ids and 1 not in ids
+
+
+def target_rows(spark: Any, cfg: Any) -> list[Any]:
+    from changeflow.apply.target import read_table
+
+    return read_table(spark, target_catalog(cfg, cfg.applies[0]), "hr.emp").collect()
