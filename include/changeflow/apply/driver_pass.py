@@ -67,9 +67,6 @@ ENABLED = True
 # The most LCRs a pass may hold to be done on the driver.
 MAX_LCRS = 1_000_000
 
-_TXN = ("source_database_name", "commit_scn", "transaction_id")
-
-
 class NotHere(af.Unproven):
     """The pass is not plain enough for the driver: the Spark path does it."""
 
