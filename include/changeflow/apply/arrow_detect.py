@@ -13,7 +13,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from changeflow.apply import arrow_files as af
-from changeflow.apply.arrow_effects import same
+from changeflow.apply.arrow_effects import of_txns, same
 from changeflow.apply.images import ORDER
 from changeflow.apply.positions import TxnId
 
@@ -153,17 +153,11 @@ def settle(effects: pa.Table, current: pa.Table | None, plan: TablePlan,
 
 def without(eff: pa.Table, txns: set[TxnId]) -> pa.Table:
     """Effects without those of the given transactions."""
-    import pyarrow as pa
     import pyarrow.compute as pc
 
     if not txns or eff.num_rows == 0:
         return eff
-    sep = "\x1f"
-    ids = pc.binary_join_element_wise(
-        eff.column("_e_src"), pc.cast(eff.column("_e_scn"), pa.string()),
-        eff.column("_e_txn"), sep)
-    gone = pa.array([t.key for t in txns], pa.string())
-    return eff.filter(pc.invert(pc.is_in(ids, value_set=gone)))
+    return eff.filter(pc.invert(of_txns(eff, txns, ("_e_src", "_e_scn", "_e_txn"))))
 
 
 def firsts(ranked: pa.Table, keys: list[str]) -> np.ndarray:

@@ -59,16 +59,18 @@ def transactions(table: pa.Table) -> list[survey.TxnInfo]:
     return sorted(out, key=lambda t: (t.id.scn, t.id.source, t.id.txn))
 
 
-def not_done(table: pa.Table, done: set[TxnId]) -> pa.Array:
+def of_txns(table: pa.Table, txns: set[TxnId], names: tuple[str, str, str] = _TXN
+            ) -> pa.Array:
+    """Per row, whether it belongs to one of ``txns`` (its source, commit position and
+    transaction id in the columns ``names``; matched by :attr:`.TxnId.key`)."""
     import pyarrow as pa
     import pyarrow.compute as pc
 
-    sep = "\x1f"
+    src, scn, txn = names
     ids = pc.binary_join_element_wise(
-        table.column("source_database_name"), pc.cast(table.column("commit_scn"), pa.string()),
-        table.column("transaction_id"), sep)
-    gone = pa.array([sep.join((t.source, str(t.scn), t.txn)) for t in done], pa.string())
-    return pc.invert(pc.is_in(ids, value_set=gone))
+        table.column(src), pc.cast(table.column(scn), pa.string()), table.column(txn), "\x1f")
+    return pc.fill_null(pc.is_in(ids, value_set=pa.array([t.key for t in txns], pa.string())),
+                        False)
 
 
 def _joined(map_col: Any, part: str) -> pa.Array:

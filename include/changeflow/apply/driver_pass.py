@@ -136,6 +136,8 @@ class _Driver:
             shutil.rmtree(root, ignore_errors=True)
 
     def run(self) -> bool:
+        import pyarrow.compute as pc
+
         from changeflow.quality.validator import warm_up
 
         p = self.p
@@ -148,7 +150,7 @@ class _Driver:
                 done = positions.done(conn, p.spec.name, [t.id for t in txns])
         todo = [t for t in txns if t.id not in done]
         if done:
-            table = table.filter(ae.not_done(table, done))
+            table = table.filter(pc.invert(ae.of_txns(table, done)))
         p.times = {t.id: t.commit_time for t in todo}
         p.info = {t.id: t for t in todo}
         ddl = DdlPlan(p.catalog, p.spec, p.handlers)
@@ -171,14 +173,9 @@ class _Driver:
 
     def _error_files(self, table: pa.Table) -> dict[str, tuple[str, int]]:
         """Every failed transaction's LCRs (as received) in the error queue's files."""
-        import pyarrow.compute as pc
-
         out: dict[str, tuple[str, int]] = {}
         for t in self.p.failed:
-            mask = pc.and_(pc.and_(pc.equal(table.column("source_database_name"), t.source),
-                                   pc.equal(table.column("commit_scn"), t.scn)),
-                           pc.equal(table.column("transaction_id"), t.txn))
-            part = table.filter(pc.fill_null(mask, False)).select(list(lcr.FIELD_NAMES))
+            part = table.filter(ae.of_txns(table, {t})).select(list(lcr.FIELD_NAMES))
             out[t.key] = self.p._error_file(part.sort_by([("position", "ascending")]))
         return out
 
