@@ -8,10 +8,19 @@ STAMP := $(VENV)/.installed
 PYTHON ?= python3
 
 .PHONY: setup demo test test-long test-fast bench chaos airflow lint typecheck render clean system-deps \
-	cluster demo-3site
+	cluster demo-3site clean-jars
 
-## setup: system packages, the virtualenv with pinned requirements, the package itself
-setup: $(STAMP)
+## setup: system packages, the virtualenv with pinned requirements, the package itself,
+## and the JVM jars (jvm/*/pom.xml) copied from Maven Central into jars/ (git-ignored)
+JAR_SETS := spark
+JAR_STAMPS := $(foreach s,$(JAR_SETS),$(ROOT)/jars/$(s)/.fetched)
+setup: $(STAMP) $(JAR_STAMPS)
+
+$(ROOT)/jars/%/.fetched: jvm/%/pom.xml
+	rm -rf $(ROOT)/jars/$*
+	mvn -q -B -f jvm/$*/pom.xml dependency:copy-dependencies -DincludeScope=runtime \
+		-DoutputDirectory=$(ROOT)/jars/$*
+	touch $@
 
 $(STAMP): requirements.txt pyproject.toml scripts/system-deps.sh
 	bash scripts/system-deps.sh
@@ -77,3 +86,7 @@ typecheck: setup
 
 clean:
 	rm -rf work bench-results.json
+
+## clean-jars: forget the fetched jars (the next setup copies them again)
+clean-jars:
+	rm -rf jars

@@ -10,6 +10,8 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from changeflow.jvm import ICEBERG_EXTENSIONS
+
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
@@ -57,7 +59,12 @@ def get_session(app_name: str = "changeflow", *, master: str | None = None,
         # the time a job spends building a plan of a few hundred expressions. The call
         # sites are changeflow's own code, which its error messages name already.
         .config("spark.python.sql.dataFrameDebugging.enabled", "false")
+        .config("spark.sql.extensions", ICEBERG_EXTENSIONS)
     )
+    if "spark.jars" not in _conf():  # spark-submit passes them with --jars
+        from changeflow.jvm import spark_jars_csv
+
+        builder = builder.config("spark.jars", spark_jars_csv())
     java_options = _conf().get("spark.driver.extraJavaOptions")
     # Quiet applies only to a JVM this call starts: a session that already runs (the
     # one a test run shares, or a job's) keeps its settings and its log level.

@@ -52,6 +52,7 @@ def _task(kind: str, name: str, spec: dict[str, Any], root: Path, task_id: str) 
 
     job = SparkJobSpec(
         kind=kind, name=name, config=str(root / spec["config"]), jobs_dir=str(root / "jobs"),
+        jars_dir=str(root / "jars" / "spark"),
         conn_id=spec.get("conn_id", "spark_default"), conf=spec.get("spark", {}),
     )
     extra: dict[str, Any] = {"retries": 0} if kind == "verify" else {}

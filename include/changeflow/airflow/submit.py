@@ -10,6 +10,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from changeflow.jvm import ICEBERG_EXTENSIONS
+
 DEFAULT_CONF: dict[str, str] = {
     "spark.sql.session.timeZone": "UTC",
     "spark.sql.shuffle.partitions": "4",
@@ -21,6 +23,8 @@ DEFAULT_CONF: dict[str, str] = {
     "spark.sql.mapKeyDedupPolicy": "LAST_WIN",
     # no Python call site recorded per DataFrame call (see changeflow.spark)
     "spark.python.sql.dataFrameDebugging.enabled": "false",
+    # Apache Iceberg's SQL (MERGE INTO, CALL of its procedures) for the apply's targets
+    "spark.sql.extensions": ICEBERG_EXTENSIONS,
 }
 
 
@@ -36,6 +40,9 @@ class SparkJobSpec:
         conn_id: the Airflow Spark connection (its host is the master).
         conf: extra Spark properties, merged over :data:`DEFAULT_CONF`.
         driver_memory: the driver's memory.
+        jars_dir: the folder of the jars every job gets (``jars/spark`` of the
+            project, filled by ``make setup``); passed as a glob, which spark-submit
+            expands, so building the spec reads no directory.
     """
 
     kind: str
@@ -45,6 +52,7 @@ class SparkJobSpec:
     conn_id: str = "spark_default"
     conf: dict[str, str] = field(default_factory=dict)
     driver_memory: str = "2g"
+    jars_dir: str | None = None
 
 
 def application(spec: SparkJobSpec) -> str:
@@ -63,6 +71,7 @@ def operator_kwargs(spec: SparkJobSpec) -> dict[str, Any]:
     >>> kw["application_args"]
     ['--config', '/c.yaml', '--name', 'a1']
     """
+    jars = {"jars": f"{spec.jars_dir.rstrip('/')}/*.jar"} if spec.jars_dir else {}
     return {
         "application": application(spec),
         "application_args": ["--config", spec.config, "--name", spec.name],
@@ -71,4 +80,5 @@ def operator_kwargs(spec: SparkJobSpec) -> dict[str, Any]:
         "conf": {**DEFAULT_CONF, **spec.conf},
         "driver_memory": spec.driver_memory,
         "verbose": False,
+        **jars,
     }

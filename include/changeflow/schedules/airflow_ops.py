@@ -64,7 +64,8 @@ def window_task(name: str, spec: dict[str, Any], root: Path, **callbacks: Any) -
 
     config = str(root / spec["config"])
     job = SparkJobSpec(kind="propagation_window", name=name, config=config,
-                       jobs_dir=str(root / "jobs"), conn_id=spec.get("conn_id", "spark_default"),
+                       jobs_dir=str(root / "jobs"), jars_dir=str(root / "jars" / "spark"),
+                       conn_id=spec.get("conn_id", "spark_default"),
                        conf=spec.get("spark", {}))
     return PropagationWindowOperator(task_id="window", config=config, propagation=name,
                                      **operator_kwargs(job), **callbacks)

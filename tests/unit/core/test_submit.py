@@ -26,6 +26,8 @@ def test_operator_kwargs() -> None:
             "spark.executor.extraJavaOptions": "-XX:-DontCompileHugeMethods",
             "spark.sql.mapKeyDedupPolicy": "LAST_WIN",
             "spark.python.sql.dataFrameDebugging.enabled": "false",
+            "spark.sql.extensions":
+                "org.apache.iceberg.spark.extensions.IcebergSparkSessionExtensions",
             "spark.executor.memory": "1g",
         },
         "driver_memory": "2g",
@@ -39,7 +41,8 @@ def test_hook_builds_the_exact_argv(monkeypatch: pytest.MonkeyPatch) -> None:
 
     monkeypatch.setenv("AIRFLOW_CONN_SPARK_DEFAULT",
                        json.dumps({"conn_type": "spark", "host": "local[2]"}))
-    kw = operator_kwargs(SparkJobSpec("apply", "a1", "/c.yaml", "/repo/jobs"))
+    kw = operator_kwargs(SparkJobSpec("apply", "a1", "/c.yaml", "/repo/jobs",
+                                      jars_dir="/repo/jars/spark"))
     app = kw.pop("application")
     args = kw.pop("application_args")
     with mock.patch("subprocess.Popen") as popen:
@@ -55,6 +58,9 @@ def test_hook_builds_the_exact_argv(monkeypatch: pytest.MonkeyPatch) -> None:
         "--conf", "spark.executor.extraJavaOptions=-XX:-DontCompileHugeMethods",
         "--conf", "spark.sql.mapKeyDedupPolicy=LAST_WIN",
         "--conf", "spark.python.sql.dataFrameDebugging.enabled=false",
+        "--conf", "spark.sql.extensions="
+                  "org.apache.iceberg.spark.extensions.IcebergSparkSessionExtensions",
+        "--jars", "/repo/jars/spark/*.jar",
         "--driver-memory", "2g", "--name", "changeflow-apply-a1",
         "/repo/jobs/apply.py", "--config", "/c.yaml", "--name", "a1",
     ]
