@@ -19,14 +19,14 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from sqlalchemy import and_, delete, select
+from sqlalchemy import delete, select
 from sqlalchemy.engine import Connection
 
 from changeflow.errors import SecurityError
 from changeflow.messaging.dictionary import QueueProps
 from changeflow.messaging.errors import MessagePropertyError
+from changeflow.state import insert_if_absent, utcnow
 from changeflow.state import schema_messaging as S
-from changeflow.state import utcnow
 
 PRIV = S.privileges
 AGENTS = S.agents
@@ -81,14 +81,10 @@ def grant(conn: Connection, privilege: str, queue: str, grantee: str, *,
           grant_option: bool = False, granted_by: str | None = None) -> int:
     """Grant a privilege (idempotent). Returns the number of rows added."""
     added = 0
-    for p in privilege_names(privilege):
-        exists = conn.execute(select(PRIV.c.grantee).where(
-            PRIV.c.queue == queue, PRIV.c.grantee == grantee, PRIV.c.privilege == p)).first()
-        if exists is None:
-            conn.execute(PRIV.insert().values(queue=queue, grantee=grantee, privilege=p,
-                                              grant_option=grant_option,
-                                              granted_by=granted_by, granted_at=utcnow()))
-            added += 1
+    for p in privilege_names(privilege):  # several processes may apply one config at once
+        added += insert_if_absent(conn, PRIV, {
+            "queue": queue, "grantee": grantee, "privilege": p, "grant_option": grant_option,
+            "granted_by": granted_by, "granted_at": utcnow()})
     return added
 
 
@@ -102,12 +98,8 @@ def revoke(conn: Connection, privilege: str, queue: str, grantee: str) -> int:
 
 def enable_db_access(conn: Connection, agent: str, user: str) -> bool:
     """Let ``user`` act as ``agent`` (idempotent). Returns whether it was new."""
-    exists = conn.execute(select(AGENTS.c.agent).where(
-        and_(AGENTS.c.agent == agent, AGENTS.c.db_user == user))).first()
-    if exists is not None:
-        return False
-    conn.execute(AGENTS.insert().values(agent=agent, db_user=user, created_at=utcnow()))
-    return True
+    return insert_if_absent(conn, AGENTS, {"agent": agent, "db_user": user,
+                                           "created_at": utcnow()})
 
 
 def disable_db_access(conn: Connection, agent: str, user: str) -> bool:

@@ -20,7 +20,7 @@ from sqlalchemy.engine import Connection
 
 from changeflow.errors import ConfigError
 from changeflow.schedules import model
-from changeflow.state import StateStore, utcnow
+from changeflow.state import StateStore, insert_if_absent, utcnow
 from changeflow.state.schema_schedules import schedules, undeliverable
 
 
@@ -123,9 +123,9 @@ class ScheduleStore:
                     c.execute(update(schedules)
                               .where(schedules.c.propagation == s.propagation).values(**values))
                 return False
-            c.execute(schedules.insert().values(propagation=s.propagation, disabled=False,
-                                                failures=0, **values))
-        return True
+            # another process (a listing, the first window) may create it at the same time
+            return insert_if_absent(c, schedules, {
+                "propagation": s.propagation, "disabled": False, "failures": 0, **values})
 
     def alter(self, name: str, **changes: Any) -> ScheduleRow:
         """Change ``start``, ``duration``, ``next_time`` or ``latency`` (validated first)."""

@@ -18,13 +18,15 @@ begins ``DEFERRED`` and never blocks a writer (WAL mode).
 
 from __future__ import annotations
 
+import functools
 import os
 import re
 import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
+from typing import Any
 
-from sqlalchemy import Engine, create_engine, event, select, update
+from sqlalchemy import Engine, Table, bindparam, create_engine, event
 from sqlalchemy.engine import Connection
 from sqlalchemy.exc import DBAPIError, OperationalError
 from sqlalchemy.pool import StaticPool
@@ -33,7 +35,7 @@ from changeflow.errors import StateStoreError
 from changeflow.state import schema
 from changeflow.state.schema import utcnow
 
-__all__ = ["StateStore", "schema", "utcnow"]
+__all__ = ["StateStore", "insert_if_absent", "schema", "utcnow"]
 
 _engines: dict[str, Engine] = {}
 _lock = threading.Lock()
@@ -68,6 +70,35 @@ def _make_engine(url: str) -> Engine:
 
         return engine
     return create_engine(url, pool_pre_ping=True, pool_size=10, max_overflow=20)
+
+
+def _insert(dialect: str) -> Any:
+    if dialect == "postgresql":
+        from sqlalchemy.dialects.postgresql import insert
+    elif dialect == "sqlite":
+        from sqlalchemy.dialects.sqlite import insert
+    else:
+        raise StateStoreError(f"state stores are SQLite or PostgreSQL, not {dialect}")
+    return insert
+
+
+def insert_if_absent(conn: Connection, table: Table, values: dict[str, Any]) -> bool:
+    """Insert a row unless one with the same key exists; returns whether it did.
+
+    ``INSERT ... ON CONFLICT DO NOTHING``: rows made on first use (a schedule, an
+    exception queue, a grant) by several processes at once end as one row, and none
+    of them fails on the key.
+    """
+    stmt = _insert(conn.dialect.name)(table).values(**values).on_conflict_do_nothing()
+    return bool(conn.execute(stmt).rowcount)
+
+
+@functools.lru_cache(maxsize=4)
+def _next_counter(dialect: str) -> Any:
+    t = schema.counters
+    stmt = _insert(dialect)(t).values(name=bindparam("name"), value=1)
+    return stmt.on_conflict_do_update(
+        index_elements=[t.c.name], set_={"value": t.c.value + 1}).returning(t.c.value)
 
 
 def _safe(url: str) -> str:
@@ -140,15 +171,16 @@ class StateStore:
         return self.engine.dialect.name
 
     def next_counter(self, name: str, conn: Connection | None = None) -> int:
-        """Increment and return a named counter (e.g. a source's commit position)."""
+        """Increment and return a named counter (e.g. a source's commit position).
+
+        One statement, ``INSERT ... ON CONFLICT (name) DO UPDATE SET value = value + 1
+        RETURNING value``: a counter is created by its first use, and first uses in
+        several transactions at once queue on the row (or its key) instead of one of
+        them failing on the primary key. The row stays locked until ``conn`` commits,
+        so numbers are handed out in commit order.
+        """
         if conn is None:
             with self.begin() as c:
                 return self.next_counter(name, c)
-        t = schema.counters
-        row = conn.execute(select(t.c.value).where(t.c.name == name).with_for_update()).first()
-        if row is None:
-            conn.execute(t.insert().values(name=name, value=1))
-            return 1
-        value = int(row[0]) + 1
-        conn.execute(update(t).where(t.c.name == name).values(value=value))
-        return value
+        return int(conn.execute(_next_counter(self.dialect), {"name": name}).scalar_one())
+
