@@ -194,6 +194,11 @@ def drop_queue_table(target: Target, queue_table: str, *, force: bool = False) -
 
 
 # -- queues -------------------------------------------------------------------------------
+#: ``DBMS_AQADM.CREATE_QUEUE``'s queue types, and the catalog's names for them.
+QUEUE_TYPES = {"NORMAL_QUEUE": "normal", "NORMAL": "normal",
+               "EXCEPTION_QUEUE": "exception", "EXCEPTION": "exception"}
+
+
 def _check_numbers(**values: float | int | None) -> None:
     for key, value in values.items():
         if value is not None and (value < 0 or value != value):
@@ -204,10 +209,15 @@ def _check_numbers(**values: float | int | None) -> None:
 def create_queue(target: Target, queue: str, queue_table: str, *, max_retries: int = 5,
                  retry_delay: float = 0.0, retention_time: float = 0.0,
                  comment: str | None = None, start: bool = False,
-                 if_not_exists: bool = False, recreate_dropped: bool = True) -> bool:
+                 if_not_exists: bool = False, recreate_dropped: bool = True,
+                 queue_type: str = "NORMAL_QUEUE") -> bool:
     """``DBMS_AQADM.CREATE_QUEUE`` in a queue table (created stopped unless ``start``).
 
     Args:
+        queue_type: ``NORMAL_QUEUE`` (default) or ``EXCEPTION_QUEUE``: a user exception
+            queue, which messages of the queue table's payload type may name as their
+            ``exception_queue``. It never takes enqueues; ``start`` (or
+            :func:`start_queue`) enables its dequeues.
         max_retries: rollbacks of a REMOVE dequeue before the message goes to the
             exception queue.
         retry_delay: seconds a rolled-back message waits before it is dequeued again.
@@ -221,6 +231,10 @@ def create_queue(target: Target, queue: str, queue_table: str, *, max_retries: i
     name, qt_name = queue_name(queue), queue_name(queue_table)
     _check_numbers(max_retries=max_retries, retry_delay=retry_delay,
                    retention_time=retention_time)
+    kind = QUEUE_TYPES.get(str(queue_type).strip().upper())
+    if kind is None:
+        raise MessagePropertyError(f"queue_type must be NORMAL_QUEUE or EXCEPTION_QUEUE, not "
+                                   f"{queue_type!r}")
     cat = catalog(target)
     with cat.store.read() as conn:
         qt = _queue_table(conn, qt_name)
@@ -234,10 +248,10 @@ def create_queue(target: Target, queue: str, queue_table: str, *, max_retries: i
     return cat.create_queue(
         name, queue_table=qt_name, sort_order=qt.sort_order,
         multiple_consumers=qt.multiple_consumers, recreate_dropped=recreate_dropped,
-        queue_type="normal", payload_type=qt.payload_type, secure=qt.secure,
+        queue_type=kind, payload_type=qt.payload_type, secure=qt.secure,
         max_retries=int(max_retries), retry_delay=float(retry_delay),
-        retention_time=float(retention_time), comment=comment, enqueue_enabled=start,
-        dequeue_enabled=start)
+        retention_time=float(retention_time), comment=comment,
+        enqueue_enabled=start and kind == "normal", dequeue_enabled=start)
 
 
 @_changes

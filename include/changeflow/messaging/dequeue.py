@@ -92,6 +92,15 @@ class Taken:
     mtype: T.TypeDef | None = None  # to decode the payload after the transaction
 
 
+def exception_state() -> ColumnElement[bool]:
+    """``state IN ('EXPIRED', 'UNDELIVERABLE')`` with literals, not an expanding bind.
+
+    The hot path compiles its statements once and runs them on the driver, where an
+    expanding ``IN`` parameter would stay unexpanded (issue 32).
+    """
+    return M.c.state.in_([literal_column(f"'{s}'") for s in EXCEPTION_STATES])
+
+
 def _shape(req: Request, cursor: Cursor, postgres: bool) -> tuple[Any, ...]:
     """What the candidate query of a request looks like (its cache key)."""
     sel = req.selector
@@ -116,7 +125,7 @@ def _candidates(exception: bool, browse: bool, by_id: bool, corr: str, group: st
     txn: Any = bindparam("p_txn")
     state: ColumnElement[bool]
     if exception:
-        state = M.c.state.in_(EXCEPTION_STATES)
+        state = exception_state()
     elif browse:  # a read: delayed messages now due count as READY
         state = or_(M.c.state == State.READY.value,
                     and_(M.c.state == State.WAITING.value, M.c.visible_at <= now))
@@ -422,7 +431,7 @@ def peek_statement(exception: bool) -> Select[Any]:
                                                                type_=M.c.consumer.type),
                 M.c.address == "")
     if exception:
-        cand = and_(mine, M.c.state.in_(EXCEPTION_STATES), M.c.lock_txn.is_(None))
+        cand = and_(mine, exception_state(), M.c.lock_txn.is_(None))
     else:
         cand = and_(mine, or_(
             and_(M.c.state == State.READY.value, M.c.lock_txn.is_(None),

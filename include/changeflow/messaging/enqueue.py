@@ -27,7 +27,7 @@ from typing import Any
 from sqlalchemy import bindparam, exists, select
 from sqlalchemy.engine import Connection
 
-from changeflow.errors import PayloadTypeError
+from changeflow.errors import PayloadTypeError, QueueDroppedError, QueueNotFoundError
 from changeflow.messaging import conditions as C
 from changeflow.messaging import dictionary as D
 from changeflow.messaging import privileges
@@ -103,6 +103,33 @@ def check_queue(props: D.QueueProps) -> None:
             f"`changeflow aq start-queue {props.name}` (DBMS_AQADM.START_QUEUE)")
 
 
+def check_exception_queue(conn: Connection, props: D.QueueProps, name: str) -> None:
+    """A message's ``exception_queue``, when it exists, must be an exception queue for it.
+
+    A name that does not exist is accepted: as in Oracle, the message then goes to the
+    queue table's default exception queue if the queue still does not exist when the
+    message is moved (seed 003).
+
+    Raises:
+        MessagePropertyError: an ordinary queue, or one of another payload type.
+    """
+    try:
+        target = D.queue(conn, name)
+    except (QueueNotFoundError, QueueDroppedError):
+        return
+    if not target.is_exception:
+        raise MessagePropertyError(
+            f"exception_queue {target.name} is not an exception queue (nobody could dequeue "
+            "the messages moved there): name one created with queue_type EXCEPTION_QUEUE "
+            f"(`changeflow aq create-queue NAME --queue-table {props.queue_table} "
+            "--queue-type exception`), or leave exception_queue out for the default "
+            f"{props.exception_queue}")
+    if target.payload_type != props.payload_type:
+        raise MessagePropertyError(
+            f"exception_queue {target.name} holds {target.payload_type} messages: its payload "
+            f"type is not that of queue {props.name} ({props.payload_type})")
+
+
 def prepare(conn: Connection, store: StateStore, props: D.QueueProps, payload: Any,
             properties: MessageProperties, *, type_name: str | None, user: str | None,
             max_size: int, now: dt.datetime,
@@ -118,6 +145,8 @@ def prepare(conn: Connection, store: StateStore, props: D.QueueProps, payload: A
         MessagePropertyError, SecurityError, NoRecipientsError: nothing is written.
     """
     check_queue(props)
+    if properties.exception_queue:
+        check_exception_queue(conn, props, properties.exception_queue)
     mtype = message_type_for(conn, store.url, props, payload, type_name)
     text, raw, size = mtype.encode(payload)
     if size > max_size:

@@ -33,7 +33,7 @@ from sqlalchemy.sql.elements import ColumnElement
 
 from changeflow.messaging import dictionary as D
 from changeflow.messaging.constants import LIVE_STATES, State
-from changeflow.state import schema
+from changeflow.state import insert_if_absent, schema
 from changeflow.state import schema_messaging as S
 
 log = logging.getLogger(__name__)
@@ -177,28 +177,30 @@ def to_exception(conn: Connection, where: ColumnElement[bool], state: State, rea
     table's ``aq$_<table>_e`` (seed 003), created when missing. Returns rows moved.
     """
     rows = conn.execute(select(M.c.id, M.c.queue, M.c.exception_queue).where(where)).all()
-    targets: dict[str, list[int]] = {}
+    targets: dict[tuple[str, str | None], list[int]] = {}
     cache: dict[tuple[str, str | None], str] = {}
     for rid, queue, own in rows:
         key = (queue, own)
         if key not in cache:
             cache[key] = _target(conn, queue, own)
-        targets.setdefault(cache[key], []).append(rid)
-    for target, ids in targets.items():
+        # seed 003: a message in the default exception queue reports exception_queue NULL
+        kept = own if cache[key] == own else None
+        targets.setdefault((cache[key], kept), []).append(rid)
+    for (target, kept), ids in targets.items():
         for chunk in _chunks(ids, 500):
             conn.execute(update(M).where(M.c.id.in_(chunk)).values(
                 queue=target, original_queue=M.c.queue, state=state.value, reason=reason,
-                state_time=now, **_UNLOCK))
+                exception_queue=kept, state_time=now, **_UNLOCK))
     return len(rows)
 
 
 def _target(conn: Connection, queue: str, own: str | None) -> str:
     if own:
-        row = conn.execute(select(Q.c.status).where(Q.c.name == own)).first()
-        if row is not None and row.status != "dropped":
+        row = conn.execute(select(Q.c.status, Q.c.queue_type).where(Q.c.name == own)).first()
+        if row is not None and row.status != "dropped" and row.queue_type == "exception":
             return own
-        log.warning("exception queue %s of a message in %s does not exist; using the queue "
-                    "table's default", own, queue)
+        log.warning("exception queue %s of a message in %s does not exist (or is no "
+                    "exception queue); using the queue table's default", own, queue)
     props = D.queue(conn, queue, allow_dropped=True)
     if props.is_exception:
         return props.name
@@ -214,10 +216,10 @@ def ensure_exception_queue(conn: Connection, props: D.QueueProps) -> str:
     """The queue table's exception queue, created in the catalog when missing."""
     name = props.exception_queue
     row = conn.execute(select(Q.c.status).where(Q.c.name == name)).first()
-    if row is None:
+    if row is None:  # several processes may expire messages of the queue table at once
         base = props.storage_path.rstrip("/").rsplit("/", 1)[0] if "/" in props.storage_path \
             else ""
-        conn.execute(Q.insert().values(
+        insert_if_absent(conn, Q, dict(
             name=name, queue_table=props.queue_table, sort_order=props.sort_order,
             multiple_consumers=props.multiple_consumers,
             storage_path=f"{base}/{name.split('.', 1)[1]}" if base else name.replace(".", "/"),
