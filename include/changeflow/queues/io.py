@@ -197,7 +197,7 @@ def _check_one(b: Batch, handle: tuple[object, str]) -> list[str]:
         raise QueueDataError(
             f"batch {b.seq} of queue {b.queue}: cannot read Parquet at {b.path}: "
             f"{_first_line(exc)}") from exc
-    lcr.check_schema(from_arrow_schema(arrow), path=b.path)
+    lcr.check_schema(from_arrow_schema(arrow, prefer_timestamp_ntz=True), path=b.path)
     prefix = b.path[: len(b.path) - len(inner)] if b.path.endswith(inner) else ""
     return [prefix + p if prefix else p for p in data]
 
