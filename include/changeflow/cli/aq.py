@@ -137,19 +137,48 @@ def _queue_numbers(f: Any) -> Any:
 @click.option("--queue-table", required=True)
 @_queue_numbers
 @click.option("--start", is_flag=True, help="enable enqueue and dequeue at once")
+@click.option("--queue-type", type=click.Choice(["normal", "exception"]), default="normal",
+              show_default=True, help="exception: a user exception queue (EXCEPTION_QUEUE)")
 @site_option
 @config_option
 def create_queue(name: str, queue_table: str, max_retries: int | None,
                  retry_delay: float | None, retention_time: float | None, comment: str | None,
-                 start: bool, site: str | None, config_path: str) -> None:
+                 start: bool, queue_type: str, site: str | None, config_path: str) -> None:
     """Create queue NAME in a queue table (stopped unless --start)."""
     rt, q = site_and_queue(open_cfg(config_path), name, site)
     admin.create_queue(rt, q, queue_table.partition("@")[0],
                        max_retries=5 if max_retries is None else max_retries,
                        retry_delay=retry_delay or 0.0, retention_time=retention_time or 0.0,
-                       comment=comment, start=start)
-    click.echo(f"queue {q} created" + (" and started" if start else
-                                       f" (stopped: changeflow aq start-queue {q})"))
+                       comment=comment, start=start, queue_type=queue_type)
+    what = "exception queue" if queue_type == "exception" else "queue"
+    click.echo(f"{what} {q} created" + (" and started" if start else
+                                        f" (stopped: changeflow aq start-queue {q})"))
+
+
+@aq.command("set-up-queue")
+@click.argument("name", default="strmadmin.streams_queue")
+@click.option("--queue-table", help="default: NAME_table")
+@click.option("--queue-user", "queue_users", multiple=True,
+              help="a user to configure as a secure-queue user (repeatable)")
+@click.option("--comment")
+@site_option
+@config_option
+@output_option
+def set_up_queue(name: str, queue_table: str | None, queue_users: tuple[str, ...],
+                 comment: str | None, site: str | None, config_path: str, output: str,
+                 as_json: bool) -> None:
+    """DBMS_STREAMS_ADM.SET_UP_QUEUE: a secure, transactional, commit-time queue NAME."""
+    rt, q = site_and_queue(open_cfg(config_path), name, site)
+    qt = queue_table.partition("@")[0] if queue_table else None
+    done = admin.set_up_queue(rt, q, qt, queue_users=queue_users, comment=comment)
+    fmt = chosen(output, as_json)
+    if fmt != "table":
+        emit(done, fmt, [])
+        return
+    click.echo(f"queue {done['queue']} " + ("created" if done["queue_created"] else "exists")
+               + f" in queue table {done['queue_table']} (secure, transactional, "
+               "commit-time)" + (f"; secure-queue users: {', '.join(done['queue_users'])}"
+                                 if done["queue_users"] else ""))
 
 
 @aq.command("alter-queue")

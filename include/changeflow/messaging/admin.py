@@ -377,3 +377,45 @@ def message_type(target: Target, name: str) -> T.TypeDef:
     store = _store(target)
     with store.read() as conn:
         return D.message_type(conn, store.url, name)
+
+
+# -- DBMS_STREAMS_ADM.SET_UP_QUEUE ---------------------------------------------------------
+def set_up_queue(target: Target, queue_name_: str = "strmadmin.streams_queue",
+                 queue_table: str | None = None, *, queue_users: tuple[str, ...] = (),
+                 sort_list: str = "commit_time", multiple_consumers: bool = True,
+                 comment: str | None = None) -> dict[str, Any]:
+    """``DBMS_STREAMS_ADM.SET_UP_QUEUE``: a secure, transactional, commit-time queue.
+
+    Creates, when missing, the queue table (``SYS.ANYDATA``, ``sort_list`` commit_time,
+    multiple consumers, transactional message grouping, secure) and the queue, started.
+    An existing queue table keeps its ordering and properties, and an existing queue is
+    not created again (seed 001); either way each ``queue_users`` entry becomes a
+    secure-queue user of the queue: an agent of its name enabled for it, with ENQUEUE
+    and DEQUEUE.
+
+    Args:
+        queue_name_: ``owner.name`` (default ``strmadmin.streams_queue``).
+        queue_table: default ``<queue>_table`` (the catalog's name for a queue's table).
+
+    Returns:
+        ``queue``, ``queue_table``, whether each was created, and the users configured.
+    """
+    name = queue_name(queue_name_)
+    qt = queue_name(queue_table) if queue_table else f"{name}_table"
+    with _store(target).read() as conn:
+        row = conn.execute(select(Q.c.queue_table, Q.c.status).where(Q.c.name == name)).first()
+    if row is not None and row.status != "dropped" and row.queue_table != qt:
+        raise MessagingError(f"queue {name} exists in queue table {row.queue_table}, not {qt}")
+    made_table = create_queue_table(target, qt, "SYS.ANYDATA", sort_list=sort_list,
+                                    multiple_consumers=multiple_consumers,
+                                    message_grouping="transactional", secure=True,
+                                    comment=comment, if_not_exists=True)
+    made_queue = create_queue(target, name, qt, comment=comment, start=True,
+                              if_not_exists=True, recreate_dropped=False)
+    users = []
+    for user in queue_users:
+        enable_db_access(target, user, user)
+        grant_queue_privilege(target, "ALL", name, user, granted_by="set_up_queue")
+        users.append(user.upper())
+    return {"queue": name, "queue_table": qt, "queue_table_created": made_table,
+            "queue_created": made_queue, "queue_users": users}

@@ -13,6 +13,8 @@
            sort_order: "priority,enq_time", multiple_consumers: true}
       queues:
         - {name: oe.booked_orders, queue_table: oe.orders_qt, max_retries: 3}
+      set_up_queues:                  # DBMS_STREAMS_ADM.SET_UP_QUEUE
+        - {queue: strmadmin.streams_queue, site: site1, queue_users: [hr]}
       subscribers:
         - {queue: oe.booked_orders, name: shipping, rule: "tab.user_data.region = 'WEST'"}
         - {queue: oe.booked_orders, name: priority, address: ws.booked_orders@site2,
@@ -24,7 +26,9 @@
 
 Everything declared is created when missing the first time a process connects (see
 :mod:`changeflow.messaging.declare`); nothing that exists is changed, and a queue an
-operator dropped stays dropped. Site references are checked then, with the file and
+operator dropped stays dropped. The pipeline's own queues (``queues:``) are set up as
+``SET_UP_QUEUE`` sets up a Streams queue (secure, transactional, commit-time) unless
+their queue table is declared here. Site references are checked then, with the file and
 key in the error.
 """
 
@@ -82,6 +86,16 @@ class AqQueueDecl(_Model):
     comment: str | None = None
 
 
+class SetUpQueueDecl(_Model):
+    """``DBMS_STREAMS_ADM.SET_UP_QUEUE``: a secure, transactional, commit-time queue."""
+
+    queue: str = "strmadmin.streams_queue"
+    queue_table: str | None = None
+    site: str | None = None
+    queue_users: list[str] = []
+    comment: str | None = None
+
+
 class SubscriberDecl(_Model):
     """A subscriber: a name, a remote address ``owner.queue@site``, or both; a rule."""
 
@@ -119,6 +133,7 @@ class MessagingConfig(_Model):
     types: list[TypeDecl] = []
     queue_tables: list[QueueTableDecl] = []
     queues: list[AqQueueDecl] = []
+    set_up_queues: list[SetUpQueueDecl] = []
     subscribers: list[SubscriberDecl] = []
     agents: list[AgentDecl] = []
     grants: list[GrantDecl] = []

@@ -8,6 +8,11 @@ subscribers, agents and grants. It never changes what exists: an operator's
 object and process, on :func:`changeflow.messaging.connect` and before a propagation
 carries user messages.
 
+The pipeline's own queues (``queues:``) come out as ``DBMS_STREAMS_ADM.SET_UP_QUEUE``
+makes a Streams queue: a secure, transactional, commit-time ``SYS.ANYDATA`` queue table
+(unless ``messaging.queue_tables`` declares theirs), and ``messaging.set_up_queues``
+calls ``SET_UP_QUEUE`` with queue users.
+
 It also makes capture, apply and messaging clients secure-queue users of their queue
 (seed 001): each gets an agent of its own name, enabled for its user (the client's
 name, or ``messaging.client_users``), and the privilege it needs (ENQUEUE for a
@@ -91,8 +96,9 @@ class _Setup:
         from changeflow.sites import open_pipeline
 
         open_pipeline(self.cfg)
-        for step in (self.types, self.queue_tables, self.queues, self.subscribers,
-                     self.agents, self.grants, self.clients):
+        for step in (self.types, self.queue_tables, self.queues, self.streams_queues,
+                     self.set_up_queues, self.subscribers, self.agents, self.grants,
+                     self.clients):
             step()
 
     def types(self) -> None:
@@ -137,6 +143,34 @@ class _Setup:
             if not created and not rt.catalog.exists(q.name):
                 log.warning("queue %s@%s was dropped; it is not re-created", q.name, site)
             self.queue_site[q.name.lower()] = site
+
+    def streams_queues(self) -> None:
+        """The pipeline's queues, as ``SET_UP_QUEUE`` makes them (unless declared here)."""
+        for i, q in enumerate(self.cfg.queues):
+            rt = self.site(q.site, f"queues.{i}")
+            if not rt.catalog.exists(q.name):
+                continue  # dropped: it stays so
+            table = rt.catalog.properties(q.name)["queue_table"]
+            if table.lower() in self.table_site:
+                continue
+            try:
+                admin.set_up_queue(rt, q.name, table, sort_list=q.sort_order,
+                                   multiple_consumers=q.multiple_consumers,
+                                   comment="set up for the pipeline (SET_UP_QUEUE)")
+            except ChangeflowError as exc:
+                raise ConfigError(str(exc), file=self.cfg.source_path,
+                                  key=f"queues.{i}") from exc
+            self.queue_site.setdefault(q.name.lower(), rt.name)
+
+    def set_up_queues(self) -> None:
+        for i, d in enumerate(self.mc.set_up_queues):
+            rt = self.site(d.site, f"set_up_queues.{i}.site")
+            try:
+                admin.set_up_queue(rt, d.queue, d.queue_table,
+                                   queue_users=tuple(d.queue_users), comment=d.comment)
+            except ChangeflowError as exc:
+                raise self.error(f"set_up_queues.{i}", str(exc)) from exc
+            self.queue_site.setdefault(d.queue.lower(), rt.name)
 
     def site_of_queue(self, ref: str, key: str) -> tuple[Any, str]:
         name, _, found = ref.lower().partition("@")
