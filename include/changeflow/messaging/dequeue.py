@@ -23,7 +23,7 @@ import datetime as dt
 import functools
 import json
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from sqlalchemy import (
@@ -54,16 +54,37 @@ from changeflow.state import schema_messaging as S
 M = S.messages
 Q = schema.queues
 CHUNK = 64
+#: Groups a cursor remembers having left (the oldest are forgotten first).
+MAX_LEFT = 1000
 #: A messaging client's rule sets: (passes, message to deliver) for a message view.
 ClientRules = Callable[[dict[str, Any]], tuple[bool, dict[str, Any]]]
 
 
 @dataclass
 class Cursor:
-    """A session's position in one queue for one consumer."""
+    """A session's position in one queue for one consumer.
+
+    ``group`` is the transaction group being read; ``left`` the groups NEXT_TRANSACTION
+    moved away from since the last FIRST_MESSAGE, so that a REMOVE or LOCKED dequeue (which
+    has no key position: what it took is gone or locked) does not come back to what it
+    skipped (seed 003: NEXT_TRANSACTION "skips the remainder of the current transaction
+    group").
+    """
 
     key: tuple[int, int, int] | None = None
     group: str | None = None
+    left: list[str] = field(default_factory=list)
+
+    def reset(self) -> None:
+        """Back to the beginning of the queue (FIRST_MESSAGE)."""
+        self.key = self.group = None
+        self.left.clear()
+
+    def next_transaction(self) -> None:
+        """Leave the current group (NEXT_TRANSACTION)."""
+        if self.group is not None and self.group not in self.left:
+            self.left.append(self.group)
+            del self.left[:-MAX_LEFT]
 
 
 @dataclass(frozen=True)
@@ -149,8 +170,8 @@ def _candidates(exception: bool, browse: bool, by_id: bool, corr: str, group: st
         stmt = stmt.where(M.c.correlation.is_not(None), M.c.correlation.like(value)
                           if corr == "like" else M.c.correlation == value)
     if group:
-        stmt = stmt.where(M.c.txn_id != bindparam("p_group") if group == "other"
-                          else M.c.txn_id == bindparam("p_group"))
+        stmt = stmt.where(M.c.txn_id.not_in(bindparam("p_groups", expanding=True))
+                          if group == "other" else M.c.txn_id == bindparam("p_group"))
     if after:
         stmt = stmt.where(tuple_(M.c.k1, M.c.k2, M.c.id) > tuple_(
             bindparam("p_k1"), bindparam("p_k2"), bindparam("p_kid")))
@@ -172,6 +193,7 @@ def _base(req: Request, cursor: Cursor, now: dt.datetime,
         params["p_corr"] = sel.correlation
     if cursor.group is not None:
         params["p_group"] = cursor.group
+        params["p_groups"] = [cursor.group, *cursor.left]
     if cursor.key is not None:
         params.update(zip(("p_k1", "p_k2", "p_kid"), cursor.key, strict=True))
     return _candidates(*_shape(req, cursor, postgres)), params
@@ -309,13 +331,26 @@ def from_row(row: Row[Any], payload: Any) -> Message:
         payload=payload, priority=row.priority, delay=row.delay, expiration=row.expiration,
         correlation=row.correlation, sender=Agent.parse(row.sender) if row.sender else None,
         recipients=recipients, exception_queue=row.exception_queue,
-        enq_time=_aware(row.enq_time), state=State(row.state), attempts=row.retry_count,
+        enq_time=_aware(row.enq_time), state=_state(row), attempts=row.retry_count,
         original_queue=row.original_queue, reason=row.reason, txn_id=row.txn_id,
         size=row.size)
 
 
 def _aware(t: dt.datetime) -> dt.datetime:
     return t if t.tzinfo else t.replace(tzinfo=dt.UTC)
+
+
+def _state(row: Row[Any]) -> State:
+    """The message's state now: a WAITING row whose delay has passed is READY.
+
+    A BROWSE reads such a row without promoting it (a read changes nothing), so the
+    stored state lags until the next housekeeping; the state reported does not.
+    """
+    state = State(row.state)
+    if state is State.WAITING and row.visible_at is not None and \
+            _aware(row.visible_at) <= dt.datetime.now(dt.UTC):
+        return State.READY
+    return state
 
 
 def advance(cursor: Cursor, req: Request, row: Row[Any]) -> None:

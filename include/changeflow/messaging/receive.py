@@ -258,6 +258,12 @@ class Receiver:
             props = D.queue(conn, spec.queue)
             if not props.dequeue_enabled:
                 raise _stopped(props.name)
+            if (spec.navigation is Navigation.NEXT_TRANSACTION
+                    and props.message_grouping != "transactional"):
+                raise MessagePropertyError(
+                    f"navigation NEXT_TRANSACTION can only be used if message grouping is "
+                    f"enabled: queue table {props.queue_table} of {props.name} has "
+                    "message_grouping none (seed 003); use NEXT_MESSAGE or FIRST_MESSAGE")
             client = self._consumer(conn, props, spec.consumer)
             privileges.check(conn, props, self.s.user, "DEQUEUE",
                              spec.consumer if props.multiple_consumers else None)
@@ -304,7 +310,9 @@ class Receiver:
     def _cursor(self, spec: Spec) -> DQ.Cursor:
         cursor = self.cursors.setdefault((spec.queue, spec.consumer), DQ.Cursor())
         if spec.navigation is Navigation.FIRST_MESSAGE:
-            cursor.key = cursor.group = None
+            cursor.reset()
+        elif spec.navigation is Navigation.NEXT_TRANSACTION:
+            cursor.next_transaction()
         return cursor
 
     # -- attempts ---------------------------------------------------------------------------
