@@ -1,4 +1,7 @@
-"""The changeflow Airflow plugin: the window timetable, the run listener, the UI page.
+"""The changeflow Airflow plugin: the window timetable, the listeners, the UI page.
+
+The listeners: the run listener (:mod:`changeflow.airflow.listener`) and the lifecycle
+listener that runs the AQ time manager beside the scheduler (:mod:`changeflow.airflow.qmon`).
 
 Registered once, from the project's plugins folder (``plugins/changeflow_plugin.py``;
 ``scripts/env.sh`` sets ``AIRFLOW__CORE__PLUGINS_FOLDER``), and not also as a package
@@ -13,7 +16,7 @@ from __future__ import annotations
 
 from airflow.plugins_manager import AirflowPlugin
 
-from changeflow.airflow import listener
+from changeflow.airflow import listener, qmon
 from changeflow.airflow.ui.app import PREFIX, create_app
 from changeflow.schedules.timetable import PropagationWindowTimetable
 
@@ -23,7 +26,7 @@ class ChangeflowPlugin(AirflowPlugin):
 
     name = "changeflow"
     timetables = [PropagationWindowTimetable]
-    listeners = [listener]
+    listeners = [listener, qmon]
     fastapi_apps = [{"app": create_app(), "url_prefix": PREFIX, "name": "changeflow"}]
     external_views = [{
         "name": "changeflow", "href": f"{PREFIX}/", "destination": "nav",

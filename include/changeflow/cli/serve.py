@@ -96,7 +96,9 @@ def serve(config_path: str | None, site: str | None, host: str | None, port: int
         where = f"{scheme}://{host or cfg.host}:{port or cfg.port}{cfg.path}"
         click.echo(f"changeflow IDAP service at {where} (WSDL: {where}?wsdl), {served}; "
                    f"users: {who}; "
-                   f"idle transactions rolled back after {cfg.idle_timeout:g} s")
+                   f"idle transactions rolled back after {cfg.idle_timeout:g} s; "
+                   + (f"time manager every {cfg.time_manager:g} s" if cfg.time_manager
+                      else "time manager off (idap.time_manager: 0)"))
         run(target, cfg, site=site, host=host, port=port)
     except ChangeflowError as exc:
         raise click.ClickException(str(exc)) from exc

@@ -155,6 +155,10 @@ class IdapConfig(_Model):
     max_wait_time: float = Field(default=30.0, ge=0)
     max_sessions: int = Field(default=1000, ge=1)
     threads: int = Field(default=32, ge=1, le=512)
+    time_manager: float = Field(
+        default=1.0, ge=0, description="seconds between the time manager's passes over the "
+        "served store (expiry, delays, lapsed locks, retention); 0: off (another process "
+        "runs it)")
     users: list[UserConfig] = []
     mail: MailConfig = MailConfig()
     notify: NotifyConfig = NotifyConfig()

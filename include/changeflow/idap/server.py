@@ -1,6 +1,7 @@
 """Serving the IDAP app with uvicorn: TLS, slow-client defence, one process, many threads.
 
-:func:`build` wires the pieces (users, service, sessions, notifier, ASGI app);
+:func:`build` wires the pieces (users, service, sessions, notifier, the time manager's
+thread, ASGI app);
 :func:`serve` runs them in the foreground (``changeflow serve``); :func:`running`
 runs them in a background thread and yields the base URL (tests, the benchmark, the
 HTTP-propagation demo).
@@ -121,9 +122,45 @@ def build(target: Any, cfg: IdapConfig, *, site: str | None = None,
     users = users or Users(cfg)
     service = Service(target, cfg, users, site)
     notifier = Notifier(service.store, cfg)
+    qmon = TimeManager(service.store, cfg.time_manager)
+
+    def start() -> None:
+        notifier.start()
+        qmon.start()
+
+    def stop() -> None:
+        qmon.stop()
+        notifier.stop()
+
     return IdapApp(service, cfg, users,
                    SessionManager(idle_timeout=cfg.idle_timeout, max_sessions=cfg.max_sessions),
-                   on_start=notifier.start, on_stop=notifier.stop)
+                   on_start=start, on_stop=stop)
+
+
+class TimeManager:
+    """The time manager's thread of a running service (expired messages move while it runs).
+
+    Args:
+        interval: seconds between passes; 0 runs none (another process runs it).
+    """
+
+    def __init__(self, store: Any, interval: float) -> None:
+        self.store = store
+        self.interval = interval
+        self._stop: threading.Event | None = None
+
+    def start(self) -> None:
+        """Start the passes (nothing when the interval is 0)."""
+        from changeflow.messaging.timemanager import start_background
+
+        if self.interval > 0 and self._stop is None:
+            self._stop = start_background([self.store], self.interval)
+
+    def stop(self) -> None:
+        """Stop the passes."""
+        if self._stop is not None:
+            self._stop.set()
+            self._stop = None
 
 
 def uvicorn_config(app: IdapApp, cfg: IdapConfig, *, host: str | None = None,

@@ -11,15 +11,20 @@ One pass (:func:`run_once`) over a state store:
 4. consumed messages kept for ``retention_time`` are deleted once it has passed;
 5. propagation and replay receipts older than ``receipt_days`` are forgotten.
 
-Dequeues already make due delayed messages visible and roll lapsed locks back on the
-queue they read, so consumers never depend on the time manager; it keeps states,
-depths and the exception queue right for the queues nobody is reading.
+Dequeues make due delayed messages visible and roll lapsed locks back on the queue
+they read, and never return an expired message; moving expired messages to the
+exception queue is the time manager's alone, so something must run it wherever
+messages can expire (below).
 
 How it runs (any of these; passes are idempotent and may overlap safely):
 
+* ``changeflow serve`` runs it in a thread for the store it serves (``idap.time_manager``
+  seconds between passes, 1 by default; 0 turns it off);
+* under Airflow, the scheduler starts it as a process of its own for the pipelines it
+  runs (:mod:`changeflow.airflow.qmon`; ``python -m changeflow.messaging.timemanager``);
 * ``changeflow aq time-manager`` (a loop, every ``--interval`` seconds; ``--once``
   for one pass): for a service manager or a container;
-* :func:`start_background` in a long-running process (e.g. the IDAP service);
+* :func:`start_background` in any other long-running process;
 * an Airflow task calling :func:`run_config` (see ``docs/messaging.md``).
 """
 
@@ -34,7 +39,7 @@ from sqlalchemy import and_, delete, select
 from sqlalchemy.engine import Connection
 
 from changeflow.messaging import locks
-from changeflow.messaging.constants import State
+from changeflow.messaging.constants import LIVE_STATES, State
 from changeflow.state import StateStore, schema, utcnow
 from changeflow.state import schema_messaging as S
 
@@ -64,10 +69,39 @@ class Report:
         return self.ready + self.expired + self.rolled_back + self.purged
 
 
+def has_work(store: StateStore, now: dt.datetime, receipt_days: float = 7.0) -> bool:
+    """A read: whether a pass would change anything (so an idle store is never written).
+
+    The write transaction of a pass takes SQLite's write lock; a service running the
+    time manager every second would otherwise take it every second for nothing.
+    """
+    old = now - dt.timedelta(days=receipt_days)
+    checks = [
+        and_(M.c.state == State.WAITING.value, M.c.visible_at <= now),
+        and_(M.c.expire_at.is_not(None), M.c.expire_at <= now,
+             M.c.state.in_(LIVE_STATES)),
+        M.c.lock_txn.is_not(None),
+        M.c.state == State.PROCESSED.value,
+    ]
+    with store.read() as conn:
+        for where in checks:
+            if conn.execute(select(M.c.id).where(where).limit(1)).first() is not None:
+                return True
+        return conn.execute(select(S.received.c.msg_id).where(
+            S.received.c.received_at < old).limit(1)).first() is not None
+
+
 def run_once(store: StateStore, now: dt.datetime | None = None, *,
-             receipt_days: float = 7.0) -> Report:
-    """One time-manager pass over a store (one database transaction)."""
+             receipt_days: float = 7.0, check_first: bool = False) -> Report:
+    """One time-manager pass over a store (one database transaction).
+
+    Args:
+        check_first: read first whether there is anything to do, and write only then
+            (what the loops do: :func:`run_forever`).
+    """
     report = Report()
+    if check_first and not has_work(store, now or utcnow(), receipt_days):
+        return report
     with store.begin() as conn:
         now = now or utcnow()
         report.ready = locks.promote(conn, now)
@@ -106,7 +140,7 @@ def run_forever(stores: list[StateStore], interval: float = 1.0,
     while not stop.is_set():
         for store in stores:
             try:
-                run_once(store)
+                run_once(store, check_first=True)
             except Exception:  # noqa: BLE001  (keep running: the next pass retries)
                 log.exception("time manager pass on %s failed", store.safe_url)
         stop.wait(interval)
@@ -133,3 +167,69 @@ def run_config(config_path: str) -> dict[str, dict[str, int]]:
     cfg = load_config(config_path)
     setup(cfg)
     return {name: run_once(site(cfg, name).store).as_dict() for name in cfg.sites}
+
+
+def stores_of(config_paths: list[str]) -> list[StateStore]:
+    """The state stores of every site of the given pipeline files (each store once)."""
+    from changeflow.config import load_config
+    from changeflow.sites import site
+
+    out: dict[str, StateStore] = {}
+    for path in config_paths:
+        cfg = load_config(path)
+        for name in cfg.sites:
+            store = site(cfg, name).store
+            out.setdefault(store.url, store)
+    return list(out.values())
+
+
+def _gone(pid: int, parent: bool) -> bool:
+    """Whether a watched process is gone (a parent that left us is gone, pid reused or not)."""
+    import os
+
+    if parent and os.getppid() != pid:
+        return True
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return True
+    except PermissionError:
+        return False
+    return False
+
+
+def main(argv: list[str] | None = None) -> int:
+    """``python -m changeflow.messaging.timemanager --config P [--config P2] [--watch PID]``.
+
+    Runs passes every ``--interval`` seconds over every site of the pipelines until
+    SIGTERM, or until the process ``--watch`` names is gone (the Airflow scheduler that
+    started it: :mod:`changeflow.airflow.qmon`).
+    """
+    import argparse
+    import os
+    import signal
+
+    parser = argparse.ArgumentParser(prog="changeflow-time-manager")
+    parser.add_argument("--config", action="append", required=True)
+    parser.add_argument("--interval", type=float, default=1.0)
+    parser.add_argument("--watch", type=int, default=None)
+    args = parser.parse_args(argv)
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s")
+    stop = threading.Event()
+    signal.signal(signal.SIGTERM, lambda *_: stop.set())
+    stores = stores_of(args.config)
+    log.info("time manager: every %g s on %d stores", args.interval, len(stores))
+    worker = threading.Thread(target=run_forever, args=(stores, args.interval, stop),
+                              daemon=True)
+    worker.start()
+    parent = args.watch is not None and os.getppid() == args.watch
+    while not stop.wait(1.0):
+        if args.watch is not None and _gone(args.watch, parent):
+            log.info("time manager: process %d is gone; stopping", args.watch)
+            stop.set()
+    worker.join(timeout=10)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -176,13 +176,20 @@ class ToggleResult:
 
 
 def toggle(cfg: PipelineConfig, name: str, dag: str, disable: bool, *,
-           wait: float = 60.0, airflow: bool = True) -> ToggleResult:
+           wait: float = 60.0, airflow: bool = True, by: str = "cli",
+           user: str | None = None) -> ToggleResult:
     """Enable or disable a schedule and unpause or pause its DAG: both, or neither.
+
+    Enabling also resumes the window open now (``ENABLE_PROPAGATION_SCHEDULE`` resumes
+    at once): unless a window job is running, it starts a run of the DAG at once
+    (:func:`resume`), instead of leaving the open window to the timetable's next run,
+    which may be up to an hour away.
 
     Args:
         dag: the schedule's DAG id.
         wait: seconds to wait for in-flight runs before pausing.
         airflow: False changes the schedule only (no Airflow at hand).
+        by: who asks (Airflow's ``triggered_by`` of a resumed run: ``cli``, ``ui``).
 
     Raises:
         ConfigError: Airflow does not know the DAG (checked before anything changes).
@@ -199,7 +206,10 @@ def toggle(cfg: PipelineConfig, name: str, dag: str, disable: bool, *,
     try:
         if not disable:
             set_paused(dag, False)
-            return ToggleResult(name, dag, False, False, [], f"enabled; DAG {dag} unpaused")
+            resumed = resume(store, name, dag, by=by, user=user)
+            return ToggleResult(name, dag, False, False, [], f"enabled; DAG {dag} unpaused"
+                                + (f"; the open window resumes in run {resumed}"
+                                   if resumed else ""))
         state = pause_when_idle(dag, wait)
     except BaseException:
         store.set_disabled(name, before.disabled, before.disabled_reason, reset_failures=False)
@@ -210,6 +220,27 @@ def toggle(cfg: PipelineConfig, name: str, dag: str, disable: bool, *,
         name, dag, True, False, state.in_flight,
         f"disabled; DAG {dag} is paused as soon as its runs in flight end "
         f"({', '.join(state.in_flight)})")
+
+
+def resume(store: Any, name: str, dag: str, *, by: str = "cli",
+           user: str | None = None) -> str | None:
+    """Start a run for the window open now, unless a window job is running already.
+
+    Returns the run's id, or None: no window is open now (the timetable starts the
+    next one), or a window job runs (it re-reads the schedule every second and goes
+    on). A run still in flight whose job has ended (the disable just stopped it) does
+    not prevent it: the new run starts as soon as that one ends (``max_active_runs``).
+    """
+    from changeflow.schedules import model
+    from changeflow.schedules.window import process_alive
+
+    row = store.require(name)
+    now = dt.datetime.now(dt.UTC)
+    if model.window_at(row.schedule, now) is None:
+        return None
+    if row.process and process_alive(row.process) is not False:
+        return None
+    return trigger(dag, note="schedule enabled: the open window resumes", user=user, by=by)
 
 
 def trigger(dag: str, *, note: str | None = None, user: str | None = None,

@@ -118,3 +118,39 @@ def test_background_time_manager(sqlite_store: StateStore) -> None:
         stop.set()
     assert views.queues(sqlite_store, "app.aq$_q_qt_e")[0]["EXPIRED"] == 1
     assert admin.delete_exceptions(sqlite_store, "app.aq$_q_qt_e") == 1
+
+
+def test_time_manager_process_runs_until_the_process_it_watches_is_gone(
+        store_url: str, tmp_path) -> None:
+    import subprocess
+    import sys
+
+    from changeflow.messaging.timemanager import has_work
+
+    (tmp_path / "p.yaml").write_text(
+        "version: 1\nsites:\n  s1: {staging_root: st, target_root: t, "
+        f'state_url: "{store_url}", database: D1}}\n')
+    store = StateStore(store_url)
+    make_queue(store)
+    assert not has_work(store, utcnow())  # an idle store: a pass writes nothing
+    connect(store).enqueue("app.q", b"x", expiration=0.1, commit=True)
+    owner = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)"])
+    qmon = subprocess.Popen([sys.executable, "-m", "changeflow.messaging.timemanager",
+                             "--config", str(tmp_path / "p.yaml"), "--interval", "0.2",
+                             "--watch", str(owner.pid)])
+    try:
+        deadline = time.monotonic() + 30
+        while not views.exception_messages(store, "app.q"):
+            assert time.monotonic() < deadline, "the expired message never moved"
+            assert qmon.poll() is None, "the time manager exited"
+            time.sleep(0.2)
+        assert not has_work(store, utcnow())
+        time.sleep(2)
+        assert qmon.poll() is None  # runs while its owner lives
+        owner.kill()
+        owner.wait()
+        assert qmon.wait(timeout=15) == 0  # its owner is gone: it stops
+    finally:
+        for p in (owner, qmon):
+            if p.poll() is None:
+                p.kill()

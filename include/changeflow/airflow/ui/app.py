@@ -84,7 +84,8 @@ def _action(cfg: Any, pipeline: str, name: str, action: str, body: dict[str, Any
     dag = airflow_ops.dag_id(pipeline, name)
     cfg.component("propagation", name)
     if action in ("enable", "disable"):
-        res = airflow_ops.toggle(cfg, name, dag, action == "disable", wait=0)
+        res = airflow_ops.toggle(cfg, name, dag, action == "disable", wait=0, by="ui",
+                                 user=user)
         return {"message": res.message, "dag_paused": res.paused, "in_flight": res.in_flight}
     if action == "alter":
         row = ui.alter(cfg, name, body)

@@ -1,0 +1,131 @@
+"""A real Airflow (scheduler, DAG processor, API server), as ``make airflow`` runs it.
+
+Issue 32:
+
+- item 13: enabling a schedule resumes the window open now: after disable and enable,
+  messages pending at the source arrive without waiting for the timetable's next run
+  (an hour away for an infinite window);
+- item 3: the scheduler runs the AQ time manager: a message that expires while nobody
+  dequeues moves to the exception queue with nothing else running.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from changeflow.airflow.render import write
+from changeflow.airflow.testing import AirflowServer
+from changeflow.config import load_config
+from changeflow.messaging import admin, connect, views
+from changeflow.schedules import probe
+from changeflow.schedules.window import schedule_store
+from changeflow.sites import site
+
+pytestmark = [pytest.mark.airflow, pytest.mark.slow]
+
+PIPELINE = """
+version: 1
+sites:
+  site1: {staging_root: s1/staging, target_root: s1/t, state_url: "sqlite:///s1/state.db", database: DBS1.EXAMPLE.COM}
+  site2: {staging_root: s2/staging, target_root: s2/t, state_url: "sqlite:///s2/state.db", database: DBS2.EXAMPLE.COM}
+queues:
+  - {name: strmadmin.q, site: site1}
+  - {name: strmadmin.q, site: site2}
+propagations:
+  # one infinite window (1-hour segments), latency 1 s
+  - name: live
+    source_queue: strmadmin.q@site1
+    destination_queue: strmadmin.q@site2
+    schedule: {latency: 1}
+applies:
+  - {name: ap, queue: strmadmin.q@site2}
+"""
+LIVE = "changeflow_t__propagation__live"
+
+
+@pytest.fixture(scope="module")
+def project(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    root = tmp_path_factory.mktemp("project")
+    (root / "dags").mkdir()
+    (root / "p.yaml").write_text(PIPELINE)
+    write(load_config(root / "p.yaml"), project_root=str(root), pipeline="t",
+          out_dir=str(root / "dags"))
+    (root / "jobs").symlink_to(Path(__file__).resolve().parents[3] / "jobs")
+    return root
+
+
+@pytest.fixture(scope="module")
+def airflow(project: Path) -> Iterator[AirflowServer]:
+    server = AirflowServer(project / "airflow", project / "dags",
+                           env={"CHANGEFLOW_CONFIG": str(project / "p.yaml"),
+                                "CHANGEFLOW_PIPELINE": "t"})
+    server.start()
+    try:
+        server.wait_for_dag(LIVE)
+        yield server
+    finally:
+        server.stop()
+
+
+def cli(airflow: AirflowServer, project: Path, *args: str) -> str:
+    return airflow.run("changeflow", "schedules", "--config", str(project / "p.yaml"),
+                       "--pipeline", "t", *args)
+
+
+def wait_arrival(cfg, msg_id: str, timeout: float) -> float:
+    started = time.monotonic()
+    while msg_id not in probe.arrived(cfg, "strmadmin.q@site2", "apply:ap"):
+        assert time.monotonic() - started < timeout, f"{msg_id} did not arrive in {timeout} s"
+        time.sleep(0.5)
+    return time.monotonic() - started
+
+
+def test_the_scheduler_runs_the_time_manager(airflow: AirflowServer, project: Path) -> None:
+    store = site(load_config(project / "p.yaml"), "site1").store
+    admin.create_queue_table(store, "app.q_qt", "RAW")
+    admin.create_queue(store, "app.q", "app.q_qt", start=True)
+    mid = connect(store).enqueue("app.q", b"x", expiration=0.5, commit=True)
+    deadline = time.monotonic() + 20
+    while not views.exception_messages(store, "app.q"):
+        assert time.monotonic() < deadline, ("the expired message never moved",
+                                             airflow.logs())
+        time.sleep(0.25)
+    (row,) = views.exception_messages(store, "app.q")
+    assert (row["msg_id"], row["state"]) == (mid, "EXPIRED")
+    assert "AQ time manager started" in airflow.logs(200_000)
+
+
+def test_enable_resumes_the_open_window_at_once(airflow: AirflowServer, project: Path) -> None:
+    cfg = load_config(project / "p.yaml")
+    cli(airflow, project, "enable", "live")
+    probe.enqueue_probes(cfg, "strmadmin.q@site1", ["before"], scn=1)
+    wait_arrival(cfg, "before", 300)  # the window runs (Spark started once)
+    out = cli(airflow, project, "disable", "live", "--wait", "90")
+    assert "paused" in out, out
+    assert airflow.api("GET", f"/api/v2/dags/{LIVE}")["is_paused"] is True
+    assert schedule_store(cfg, "live").require("live").process is None  # no window job
+    probe.enqueue_probes(cfg, "strmadmin.q@site1", ["p1", "p2"], scn=10)
+    time.sleep(3)
+    assert "p1" not in probe.arrived(cfg, "strmadmin.q@site2", "apply:ap")  # disabled
+    enabled = time.monotonic()
+    out = cli(airflow, project, "enable", "live")
+    # what waited is delivered without the timetable's next run (an hour away): the
+    # window job starts at once (its start-up is spark-submit's)
+    took = wait_arrival(cfg, "p2", 240)
+    print(f"pending messages arrived {took:.1f} s after the enable returned "
+          f"({time.monotonic() - enabled:.1f} s after it was typed)")
+    assert sorted(probe.arrived(cfg, "strmadmin.q@site2", "apply:ap")) == ["before", "p1", "p2"]
+    assert "the open window resumes in run" in out, out
+    run_id = out.split("the open window resumes in run ", 1)[1].split()[0].rstrip(";,")
+    (made,) = [r for r in airflow.runs(LIVE) if r["dag_run_id"] == run_id]
+    assert made["run_type"] == "manual" and made["logical_date"] is None
+    assert made["note"] == "schedule enabled: the open window resumes"
+    # Airflow started it within a few seconds of the enable (the scheduler's heartbeat)
+    created = dt.datetime.fromisoformat(made["run_after"])
+    started = dt.datetime.fromisoformat(made["start_date"])
+    assert (started - created).total_seconds() < 15, made
