@@ -148,6 +148,11 @@ def listener() -> None:
 @click.option("--alert-after", default=None, help="silence before the monitor alerts")
 @click.option("--claim-timeout", default="5min", show_default=True,
               help="how long a worker holds an entry it got before it is handed out again")
+@click.option("--workers", type=click.IntRange(1), default=1, show_default=True,
+              help="how many workers consume it at once")
+@click.option("--redeliver", type=click.Choice(["immediate", "claim_timeout"]),
+              help="when an entry got but not acked comes back (default: immediate for "
+                   "one worker, claim_timeout for several)")
 @mcq_config_option
 @clean_errors
 def listener_add(proc_name: str, config_path: str, **kw: Any) -> None:
@@ -157,7 +162,8 @@ def listener_add(proc_name: str, config_path: str, **kw: Any) -> None:
 
 @listener.command("drop")
 @click.argument("proc_name")
-@click.option("--force", is_flag=True, help="flush its pending entries")
+@click.option("--force", is_flag=True,
+              help="remove its pending entries (as flush does; never counted as processed)")
 @mcq_config_option
 @clean_errors
 def listener_drop(proc_name: str, force: bool, config_path: str) -> None:
@@ -178,7 +184,8 @@ def listener_list(config_path: str, output: str, as_json: bool) -> None:
     emit(rows, chosen(output, as_json), [
         Col("proc_name", header="listener"), Col("owner"), Col("role"),
         Col("frequency", "duration"), Col("claim_timeout", "duration", "claim timeout"),
-        Col("stack_date", "time", "first get"), Col("comments", width=50)])
+        Col("workers", "count"), Col("redelivery"), Col("stack_date", "time", "first get"),
+        Col("comments", width=50)])
 
 
 @mcq.group("interest")

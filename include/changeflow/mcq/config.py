@@ -158,7 +158,10 @@ class McqListener(_Model):
     long-running loop (``changeflow mcq listen``, or an Airflow DAG whose run polls for
     ``poll_window``); otherwise its Airflow DAG drains the queue once per run. A cron
     ``schedule`` overrides the DAG's schedule. ``alert_after`` is how long it may go
-    without marking that it is alive before the process monitor alerts.
+    without marking that it is alive before the process monitor alerts. ``workers`` is
+    how many workers consume it; ``redeliver`` when an entry got but not acknowledged
+    is handed out again: ``immediate`` (the seed's behaviour; the default for one
+    worker) or ``claim_timeout`` (the default for several).
     """
 
     proc_name: str
@@ -169,6 +172,8 @@ class McqListener(_Model):
     schedule: str | None = None
     poll_window: str | float = "1h"
     claim_timeout: str | float = "5min"
+    workers: int = Field(default=1, ge=1)
+    redeliver: Literal["immediate", "claim_timeout"] | None = None
     alert_after: str | float | None = None
     max_backoff: str | float = "1h"
     handler: Handler | None = None

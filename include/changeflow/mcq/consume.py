@@ -17,6 +17,17 @@ idempotent by contract. ``ack_change`` clears ``queue_name`` (the entry leaves t
 pending index) and sets ``proc_date``; ``put_back`` raises ``retry_count`` and holds
 the entry until a given time. Both check that the entry is still this worker's.
 
+When an entry got but not acknowledged comes back depends on the listener's
+``redeliver``: ``immediate`` (the default for a listener run by one worker) makes the
+claim no hold, so the next ``get_changes`` returns it again, as the seed's Get_Changes
+does for a listener that calls it again before Ack_Change (a restarted listener starts
+where it stopped); ``claim_timeout`` (the default for several workers) hands it out
+again only when the claim times out, so workers never share an entry.
+
+A listener with a ``role`` is consumed only by a database user that has it: checked
+on PostgreSQL (``pg_has_role``) at a worker's first call and again every
+:data:`ROLE_RECHECK` seconds; SQLite has no roles (the role is not enforced there).
+
 Every ``get_changes`` also marks the listener alive for the process monitor, at most
 once per mark interval (the seed's throttled ``Mark_Process``).
 """
@@ -24,11 +35,12 @@ once per mark interval (the seed's throttled ``Mark_Process``).
 from __future__ import annotations
 
 import datetime as dt
+import time
 import uuid
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
-from sqlalchemy import bindparam, or_, select, update
+from sqlalchemy import bindparam, or_, select, text, update
 from sqlalchemy.engine import Connection
 
 from changeflow.mcq.conn import compiled, driver, statement
@@ -38,9 +50,11 @@ from changeflow.mcq.model import (
     ChangeRec,
     McqError,
     NotYourEntryError,
+    RoleRequiredError,
     aware,
     end_of_queue,
     rec_from_row,
+    redelivery,
 )
 from changeflow.mcq.origin import call_stack
 from changeflow.mcq.registry import require_listener
@@ -54,9 +68,11 @@ if TYPE_CHECKING:
 Q, L = queue, listeners
 
 
-def _claim_statement(by_table: bool) -> Any:
-    cond = [Q.c.queue_name == bindparam("listener"),
-            or_(Q.c.hold_until.is_(None), Q.c.hold_until <= bindparam("now"))]
+def _claim_statement(by_table: bool, immediate: bool = False) -> Any:
+    free = [Q.c.hold_until.is_(None), Q.c.hold_until <= bindparam("now")]
+    if immediate:  # a claim is no hold: what was got and not acked comes back at once
+        free.append(Q.c.claimed_by.isnot(None))
+    cond = [Q.c.queue_name == bindparam("listener"), or_(*free)]
     if by_table:
         cond.append(Q.c.tname == bindparam("b_tname"))
     nxt = (select(Q.c.entry_number).where(*cond).order_by(Q.c.lane, Q.c.entry_number)
@@ -66,7 +82,9 @@ def _claim_statement(by_table: bool) -> Any:
             .returning(*Q.c))
 
 
-_CLAIM = {False: _claim_statement(False), True: _claim_statement(True)}
+_CLAIM = {(t, i): _claim_statement(t, i) for t in (False, True) for i in (False, True)}
+#: Seconds a worker trusts a role check (a revoked role is refused within this time).
+ROLE_RECHECK = 60.0
 _MINE = [Q.c.entry_number == bindparam("n"), Q.c.proc_name == bindparam("listener"),
          Q.c.queue_name.isnot(None), Q.c.claimed_by == bindparam("worker")]
 _ACK = update(Q).where(*_MINE).values(queue_name=None, proc_date=bindparam("now"),
@@ -93,24 +111,37 @@ class Worker:
         self.marker = marker
         self.id = worker_id or f"w-{uuid.uuid4().hex[:16]}"
         self.claim_timeout: float | None = None
+        self.immediate = False
+        self.role: str | None = None
+        self._role_checked = -ROLE_RECHECK
         self._compiled: dict[int, tuple[str, dict[str, Any]]] = {}
 
     def _first_call(self, conn: Connection) -> None:
         row = require_listener(conn, self.listener)
         self.claim_timeout = float(row["claim_timeout"])
+        self.immediate = redelivery(row["redeliver"], int(row["workers"])) == "immediate"
+        self.role = row["role"] or None
         if row["stack_date"] is None:
             conn.execute(update(L).where(L.c.proc_name == self.listener).values(
                 call_stack=call_stack(label=f"listener {self.listener}"), stack_date=utcnow()))
+
+    def _ready(self) -> None:
+        """Read the listener once, and check its role (see :func:`check_role`)."""
+        if self.claim_timeout is None:
+            with self.store.begin() as first:
+                self._first_call(first)
+        if self.role and time.monotonic() - self._role_checked >= ROLE_RECHECK:
+            check_role(self.store, self.listener, self.role)
+            self._role_checked = time.monotonic()
 
     def get_changes(self, tname: str | None = None) -> ChangeRec:
         """The listener's next change (claimed by this worker), or the end-of-queue record.
 
         Raises:
             UnknownListenerError: the listener is not registered.
+            RoleRequiredError: the store's database user lacks the listener's role.
         """
-        if self.claim_timeout is None:
-            with self.store.begin() as first:
-                self._first_call(first)
+        self._ready()
         assert self.claim_timeout is not None
         now = utcnow()
         params = {"listener": self.listener, "now": now, "worker": self.id,
@@ -118,14 +149,14 @@ class Worker:
         if tname is not None:
             params["b_tname"] = tname.upper()
         if self.store.dialect == "postgresql":
-            sql, fixed = self._sql(_CLAIM[tname is not None])
+            sql, fixed = self._sql(_CLAIM[tname is not None, self.immediate])
             with driver(self.store) as raw:
                 values = raw.execute(sql, {**fixed, **params}).fetchone()
             row: Mapping[Any, Any] | None = (
                 None if values is None else dict(zip(_COLUMNS, values, strict=True)))
         else:
             with statement(self.store) as conn:
-                found = conn.execute(_CLAIM[tname is not None], params).first()
+                found = conn.execute(_CLAIM[tname is not None, self.immediate], params).first()
             row = None if found is None else found._mapping
         if self.marker is not None:
             self.marker.mark()
@@ -170,8 +201,10 @@ class Worker:
         Raises:
             NotYourEntryError: another listener's or worker's entry.
             AlreadyAckedError: it was already processed.
+            RoleRequiredError: the store's database user lacks the listener's role.
         """
         n = self._check(rec, "ack")
+        self._ready()
         params = {"n": n, "listener": self.listener, "worker": self.id, "now": utcnow()}
         if self.store.dialect == "postgresql":
             sql, fixed = self._sql(_ACK)
@@ -199,6 +232,7 @@ class Worker:
             NotYourEntryError, AlreadyAckedError: as for :meth:`ack_change`.
         """
         n = self._check(rec, "put-back")
+        self._ready()
         now = utcnow()
         if hold_until is not None and delay is not None:
             raise BadChangeError("put-back: give hold_until or delay, not both")
@@ -219,3 +253,31 @@ class Worker:
             if not done:
                 raise self._refused(conn, n, "put-back")
         return hold_until
+
+
+def check_role(store: StateStore, listener: str, role: str) -> None:
+    """Refuse a consumer whose database user lacks the listener's role (seed Table 4).
+
+    On PostgreSQL the store's user (``current_user``) must be a member of the role
+    (``pg_has_role(..., 'MEMBER')``; superusers are members of every role). SQLite has
+    no users or roles: there the role is recorded and not enforced.
+
+    Raises:
+        RoleRequiredError: not a member, or no such role in the database.
+    """
+    if store.dialect != "postgresql":
+        return
+    with store.read() as conn:
+        exists = conn.execute(text("SELECT 1 FROM pg_roles WHERE rolname = :r"),
+                              {"r": role}).first()
+        user = conn.execute(text("SELECT current_user")).scalar_one()
+        member = exists is not None and bool(conn.execute(
+            text("SELECT pg_has_role(current_user, :r, 'MEMBER')"), {"r": role}).scalar_one())
+    if exists is None:
+        raise RoleRequiredError(f"listener {listener!r} needs role {role!r}, which does not "
+                                f"exist in the database; create it (CREATE ROLE {role}) and "
+                                f"grant it to {user}, or change the listener's role")
+    if not member:
+        raise RoleRequiredError(f"database user {user} may not consume listener {listener!r}: "
+                                f"it needs role {role!r} (GRANT {role} TO {user}); nothing "
+                                "was changed")

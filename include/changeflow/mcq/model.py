@@ -20,7 +20,7 @@ import enum
 from dataclasses import asdict, dataclass, replace
 from typing import Any
 
-from changeflow.errors import TerminalError
+from changeflow.errors import SecurityError, TerminalError
 
 
 class McqError(TerminalError):
@@ -44,8 +44,25 @@ class AlreadyAckedError(McqError):
     """An ack or put-back of an entry that was already processed."""
 
 
+class RoleRequiredError(McqError, SecurityError):
+    """The database user consuming a listener lacks the listener's role (seed Table 4)."""
+
+
 class BadChangeError(McqError):
     """A log call, put-back or refresh with invalid values (a hold in the past, ...)."""
+
+
+#: When an entry got but not acknowledged is handed out again (a listener's ``redeliver``).
+REDELIVER = ("immediate", "claim_timeout")
+
+
+def redelivery(redeliver: str | None, workers: int) -> str:
+    """A listener's redelivery: as set, else ``immediate`` for one worker.
+
+    >>> redelivery(None, 1), redelivery(None, 4), redelivery("immediate", 4)
+    ('immediate', 'claim_timeout', 'immediate')
+    """
+    return redeliver or ("immediate" if workers <= 1 else "claim_timeout")
 
 
 class ChangeType(enum.StrEnum):

@@ -25,7 +25,13 @@ from sqlalchemy import and_, delete, func, select, update
 from sqlalchemy.engine import Connection
 
 from changeflow.mcq.config import McqConfig, check_name, seconds
-from changeflow.mcq.model import McqError, UnknownListenerError, UnknownTableError
+from changeflow.mcq.model import (
+    REDELIVER,
+    McqError,
+    UnknownListenerError,
+    UnknownTableError,
+    redelivery,
+)
 from changeflow.state.schema import utcnow
 from changeflow.state.schema_mcq import interests, listeners, queue, tables
 
@@ -107,14 +113,29 @@ def drop_table(store: StateStore, tname: str, subtype: str | None = None, *,
 def add_listener(store: StateStore, proc_name: str, *, comments: str | None = None,
                  role: str | None = None, owner: str | None = None,
                  frequency: str | float = "daily", alert_after: str | float | None = None,
-                 claim_timeout: str | float = "5min", conn: Connection | None = None) -> str:
-    """Register (or describe again) a listener and how often it runs."""
+                 claim_timeout: str | float = "5min", workers: int = 1,
+                 redeliver: str | None = None, conn: Connection | None = None) -> str:
+    """Register (or describe again) a listener and how often it runs.
+
+    Args:
+        role: a database role a consumer must have (enforced on PostgreSQL).
+        workers: how many workers consume it at once.
+        redeliver: when an entry got but not acknowledged is handed out again:
+            ``immediate`` (the next ``get_changes`` returns it, as the seed's does; the
+            default for one worker) or ``claim_timeout`` (after the claim times out; the
+            default for several workers, so that they never share an entry).
+    """
     try:
         name = check_name("listener", proc_name)
+        if redeliver is not None and redeliver not in REDELIVER:
+            raise ValueError(f"redeliver must be {' or '.join(REDELIVER)}, not {redeliver!r}")
+        if int(workers) < 1:
+            raise ValueError(f"workers must be at least 1, not {workers}")
         values = {"comments": comments, "role": role, "owner": owner,
                   "frequency": seconds(frequency),
                   "alert_after": seconds(alert_after) if alert_after is not None else None,
-                  "claim_timeout": seconds(claim_timeout)}
+                  "claim_timeout": seconds(claim_timeout), "workers": int(workers),
+                  "redeliver": redeliver}
     except ValueError as exc:
         raise McqError(f"listener {proc_name!r}: {exc}") from exc
     if conn is None:
@@ -128,6 +149,10 @@ def add_listener(store: StateStore, proc_name: str, *, comments: str | None = No
 def drop_listener(store: StateStore, proc_name: str, *, force: bool = False) -> int:
     """Unregister a listener and its interests. Returns the pending entries flushed.
 
+    With ``force`` its pending entries are removed, as ``flush`` removes them: they were
+    never delivered, so they are not counted as processed (its processed entries stay,
+    for the counts, until a purge).
+
     Raises:
         UnknownListenerError: it is not registered.
         McqError: entries are pending for it and ``force`` is not given.
@@ -139,8 +164,7 @@ def drop_listener(store: StateStore, proc_name: str, *, force: bool = False) -> 
         if pending and not force:
             raise McqError(f"listener {proc_name!r} has {pending} pending entries; flush them "
                            "first (changeflow mcq flush), or use force")
-        conn.execute(update(Q).where(Q.c.queue_name == proc_name).values(
-            queue_name=None, proc_date=utcnow()))
+        conn.execute(delete(Q).where(Q.c.queue_name == proc_name))
         conn.execute(delete(N).where(N.c.proc_name == proc_name))
         conn.execute(delete(L).where(L.c.proc_name == proc_name))
     return int(pending)
@@ -215,8 +239,9 @@ def list_tables(store: StateStore) -> list[dict[str, Any]]:
 
 
 def list_listeners(store: StateStore) -> list[dict[str, Any]]:
-    """``meta_change_listeners`` rows, by name."""
-    return _rows(store, select(L).order_by(L.c.proc_name))
+    """``meta_change_listeners`` rows, by name, with the ``redelivery`` in force."""
+    rows = _rows(store, select(L).order_by(L.c.proc_name))
+    return [{**r, "redelivery": redelivery(r["redeliver"], int(r["workers"]))} for r in rows]
 
 
 def list_interests(store: StateStore, proc_name: str | None = None) -> list[dict[str, Any]]:
@@ -242,7 +267,8 @@ def sync(store: StateStore, cfg: McqConfig) -> dict[str, int]:
         for li in cfg.listeners:
             add_listener(store, li.proc_name, comments=li.comments, role=li.role,
                          owner=li.owner, frequency=li.frequency, alert_after=li.alert_after,
-                         claim_timeout=li.claim_timeout, conn=conn)
+                         claim_timeout=li.claim_timeout, workers=li.workers,
+                         redeliver=li.redeliver, conn=conn)
         for it in cfg.interests:
             add_interest(store, it.proc_name, it.tname, it.subtype, comments=it.comments,
                          conn=conn)

@@ -7,7 +7,8 @@ The names and columns are the seed's: ``meta_change_tables`` (Table 3),
 * ``meta_change_queue.lane`` (0 real time, 1 bulk: the seed's "Bulk Priority Queue")
   and ``claimed_by`` (which worker holds an entry it got, so two workers of one
   listener never process the same entry and an ack can be checked);
-* scheduling and monitoring columns on the listeners;
+* scheduling and monitoring columns on the listeners, and how an entry got but not
+  acknowledged comes back (``workers``, ``redeliver``);
 * ``meta_change_process_monitor``: the process monitor's marks (seed reference 5);
 * ``meta_change_pump``: entries moved from a source database's change log, so a
   pump that crashed between its two commits neither loses nor duplicates.
@@ -35,7 +36,7 @@ from sqlalchemy import (
 )
 
 from changeflow.state.schema import ID, metadata
-from changeflow.state.steps import Step, create_tables
+from changeflow.state.steps import Step, add_columns, create_tables
 
 tables = Table(
     "meta_change_tables",
@@ -66,6 +67,10 @@ listeners = Table(
     Column("alert_after", Float),
     Column("claim_timeout", Float, nullable=False, server_default=text("300")),
     Column("created_at", DateTime(timezone=True), nullable=False),
+    # How many workers consume it, and when an entry got but not acked comes back:
+    # 'immediate' (the seed's Get_Changes) or 'claim_timeout'; NULL: by workers.
+    Column("workers", Integer, nullable=False, server_default=text("1")),
+    Column("redeliver", String(16)),
 )
 
 interests = Table(
@@ -137,4 +142,6 @@ MIGRATIONS = [
     Step(1, "meta change tables, listeners, interests, queue (partial pending index), "
             "process monitor, pump",
          create_tables(tables, listeners, interests, queue, process_monitor, pump)),
+    Step(2, "listeners: workers and redeliver (immediate or after the claim timeout)",
+         add_columns(listeners, "workers", "redeliver")),
 ]

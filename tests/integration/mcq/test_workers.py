@@ -35,6 +35,7 @@ def _work(url: str, listener: str, start: mp.synchronize.Event, out: str) -> Non
 
 
 def _two_workers(mcq: MetaChangeQueue, n: int, tmp_path: Path) -> None:
+    mcq.add_listener("ADSI", frequency="5s", workers=2)  # redelivered after the claim only
     with mcq.batch() as b:
         for i in range(n):
             b.log_update("LOGINS", pkey_string=f"u{i}")

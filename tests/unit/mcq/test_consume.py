@@ -109,6 +109,7 @@ def test_ack_of_another_listeners_entry_is_refused(mcq: MetaChangeQueue) -> None
 
 
 def test_ack_of_another_workers_entry_and_double_ack(mcq: MetaChangeQueue) -> None:
+    mcq.add_listener("ADSI", frequency="5s", workers=2)  # claims hold for the others
     mcq.log_update("LOGINS", pkey_string="a")
     w1, w2 = mcq.worker("ADSI"), mcq.worker("ADSI")
     rec = w1.get_changes()

@@ -92,11 +92,12 @@ def test_the_poll_uses_the_partial_pending_index(mcq: MetaChangeQueue) -> None:
         assert "WHERE queue_name IS NOT NULL" in ddl
         from changeflow.mcq.consume import _CLAIM
 
-        compiled = _CLAIM[False].compile(conn)
-        params = {"listener": "ADSI", "now": utcnow(), "until": utcnow(), "worker": "w"}
-        plan = conn.exec_driver_sql("EXPLAIN QUERY PLAN " + str(compiled),
-                                    tuple(compiled.construct_params(params)[k] for k in
-                                          compiled.positiontup)).all()
-    details = " | ".join(str(r[-1]) for r in plan)
-    assert "ix_meta_change_queue_pending" in details, details
-    assert "SCAN meta_change_queue" not in details, details
+        for immediate in (False, True):  # both redelivery modes
+            compiled = _CLAIM[False, immediate].compile(conn)
+            params = {"listener": "ADSI", "now": utcnow(), "until": utcnow(), "worker": "w"}
+            plan = conn.exec_driver_sql("EXPLAIN QUERY PLAN " + str(compiled),
+                                        tuple(compiled.construct_params(params)[k] for k in
+                                              compiled.positiontup)).all()
+            details = " | ".join(str(r[-1]) for r in plan)
+            assert "ix_meta_change_queue_pending" in details, details
+            assert "SCAN meta_change_queue" not in details, details
