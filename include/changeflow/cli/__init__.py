@@ -87,8 +87,27 @@ def _first_lines(exc: BaseException, n: int = 2) -> str:
     return text if len(text) <= 400 else text[:399] + "…"
 
 
-class _Main(click.Group):
+class _Group(click.Group):
+    """A command group that accepts ``-o/--output`` and ``--json`` before its subcommand.
+
+    Its subgroups are of the same class, so ``changeflow aq -o json queues`` and
+    ``changeflow aq queues -o json`` mean the same (:func:`changeflow.cli.output.chosen`).
+    """
+
+    group_class = type
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        if not any(p.name == "output" for p in self.params):
+            from changeflow.cli.output import accepts_output
+
+            accepts_output(self)
+
+
+class _Main(_Group):
     """The root group: turns errors that escape a command into one clear line."""
+
+    group_class = _Group
 
     def invoke(self, ctx: click.Context) -> Any:
         from changeflow.errors import ChangeflowError, exit_code

@@ -13,7 +13,7 @@ from typing import Any
 import click
 
 from changeflow.cli import main
-from changeflow.cli.common import config_option, load
+from changeflow.cli.common import config_option, load, one_apply
 from changeflow.cli.output import Col, chosen, emit, output_option
 from changeflow.errors import ChangeflowError
 
@@ -67,15 +67,16 @@ def errors_list(config_path: str, apply_name: str | None, output: str,
 
 @errors.command("show")
 @config_option
-@click.option("--apply", "apply_name", required=True)
+@click.option("--apply", "apply_name", default=None, help="default: the pipeline's only apply")
 @click.argument("error_id", type=int)
 @output_option
-def errors_show(config_path: str, apply_name: str, error_id: int, output: str,
+def errors_show(config_path: str, apply_name: str | None, error_id: int, output: str,
                 as_json: bool) -> None:
     """Every LCR of one failed transaction (the failing one marked)."""
     from changeflow.apply.views import error_lcrs
 
-    data = _run(error_lcrs, load(config_path), apply_name, error_id)
+    cfg = load(config_path)
+    data = _run(error_lcrs, cfg, one_apply(cfg, apply_name), error_id)
     fmt = chosen(output, as_json)
     if fmt != "table":
         emit(data, fmt)
@@ -93,13 +94,13 @@ def errors_show(config_path: str, apply_name: str, error_id: int, output: str,
 
 @errors.command("execute")
 @config_option
-@click.option("--apply", "apply_name", required=True)
+@click.option("--apply", "apply_name", default=None, help="default: the pipeline's only apply")
 @click.argument("error_id", type=int, required=False)
 @click.option("--all", "all_", is_flag=True, help="re-execute every entry, in commit order")
 @click.option("--fix", default=None, metavar="MODULE:FUNCTION",
               help="a function that corrects each transaction's LCRs first")
 @output_option
-def errors_execute(config_path: str, apply_name: str, error_id: int | None, all_: bool,
+def errors_execute(config_path: str, apply_name: str | None, error_id: int | None, all_: bool,
                    fix: str | None, output: str, as_json: bool) -> None:
     """Re-execute one failed transaction (or --all); a failure stays with its new error."""
     from changeflow.apply.views import execute_error
@@ -107,6 +108,7 @@ def errors_execute(config_path: str, apply_name: str, error_id: int | None, all_
     if (error_id is None) == (not all_):
         raise click.UsageError("give an error id or --all")
     cfg = load(config_path)
+    apply_name = one_apply(cfg, apply_name)
     spark = None
     if cfg.component("apply", apply_name).target is None:
         from changeflow.cli.common import spark_session
@@ -123,16 +125,19 @@ def errors_execute(config_path: str, apply_name: str, error_id: int | None, all_
 
 @errors.command("delete")
 @config_option
-@click.option("--apply", "apply_name", required=True)
+@click.option("--apply", "apply_name", default=None, help="default: the pipeline's only apply")
 @click.argument("error_id", type=int, required=False)
 @click.option("--all", "all_", is_flag=True, help="delete every entry of the apply")
-def errors_delete(config_path: str, apply_name: str, error_id: int | None, all_: bool) -> None:
+def errors_delete(config_path: str, apply_name: str | None, error_id: int | None,
+                  all_: bool) -> None:
     """Delete one failed transaction (or --all); it is never applied."""
     from changeflow.apply.views import delete_error
 
     if (error_id is None) == (not all_):
         raise click.UsageError("give an error id or --all")
-    n = _run(delete_error, load(config_path), apply_name, error_id)
+    cfg = load(config_path)
+    apply_name = one_apply(cfg, apply_name)
+    n = _run(delete_error, cfg, apply_name, error_id)
     click.echo(f"deleted {n} error(s) of apply {apply_name}")
 
 

@@ -98,3 +98,20 @@ def spark_session(name: str) -> Any:
     from changeflow.spark import get_session
 
     return get_session(name, quiet=not verbose())
+
+
+def one_apply(cfg: PipelineConfig, name: str | None) -> str:
+    """The apply a command acts on: the one named, or the pipeline's only one.
+
+    Raises:
+        click.UsageError: none named and the pipeline has none or several.
+    """
+    if name:
+        return name
+    names = [a.name for a in cfg.applies]
+    if len(names) == 1:
+        return names[0]
+    if not names:
+        raise click.UsageError(f"{cfg.source_path} declares no apply")
+    raise click.UsageError(f"the pipeline has applies {', '.join(names)}: say which one "
+                           "with --apply")

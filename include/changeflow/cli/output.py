@@ -220,15 +220,53 @@ def emit(data: Any, output: str, columns: Sequence[Col] | None = None, *,
         click.echo(table(data, columns))
 
 
+#: ``ctx.meta`` key (shared by every context of one invocation): the format asked for.
+OUTPUT = "changeflow.output"
+
+
+def _remember(ctx: click.Context, param: click.Parameter, value: Any) -> Any:
+    """Record an explicit ``-o``/``--json`` for every context of the invocation."""
+    if param.name == "as_json":
+        if value:
+            ctx.meta[OUTPUT] = "json"
+    elif value is not None:
+        ctx.meta[OUTPUT] = value
+    return value
+
+
+def _options(f: Callable[..., Any], expose: bool) -> Callable[..., Any]:
+    f = click.option("--json", "as_json", is_flag=True, expose_value=expose,
+                     callback=_remember, help="same as --output json")(f)
+    return click.option("--output", "-o", "output", type=click.Choice(FORMATS), default=None,
+                        expose_value=expose, callback=_remember,
+                        help="output format: table (default), json or yaml; accepted "
+                             "before or after the subcommand")(f)
+
+
 def output_option(f: Callable[..., Any]) -> Callable[..., Any]:
-    """``--output/-o table|json|yaml`` and ``--json``; the command gets ``output``."""
-    f = click.option("--json", "as_json", is_flag=True, hidden=False,
-                     help="same as --output json")(f)
-    f = click.option("--output", "-o", "output", type=click.Choice(FORMATS),
-                     default="table", show_default=True, help="output format")(f)
-    return f
+    """``--output/-o table|json|yaml`` and ``--json``; the command gets ``output``.
+
+    The choice may also be given before the subcommand (``changeflow schedules -o json
+    create ...``): every group accepts it (:func:`accepts_output`), and :func:`chosen`
+    falls back to it.
+    """
+    return _options(f, True)
 
 
-def chosen(output: str, as_json: bool) -> str:
-    """The format a command prints in (``--json`` wins)."""
-    return "json" if as_json else output
+def accepts_output(f: Callable[..., Any]) -> Callable[..., Any]:
+    """The same options, recorded for :func:`current_output` instead of passed on."""
+    return _options(f, False)
+
+
+def current_output() -> str:
+    """The format asked for anywhere on the command line (``table`` when none)."""
+    ctx = click.get_current_context(silent=True)
+    return str(ctx.meta.get(OUTPUT, "table")) if ctx is not None else "table"
+
+
+def chosen(output: str | None, as_json: bool) -> str:
+    """The format a command prints in: ``--json``, else its ``-o``, else one given before
+    the subcommand, else ``table``."""
+    if as_json:
+        return "json"
+    return output or current_output()

@@ -19,7 +19,7 @@ import click
 
 from changeflow.cli import main
 from changeflow.cli.common import config_option, load
-from changeflow.cli.output import Col, chosen, emit, output_option
+from changeflow.cli.output import Col, accepts_output, current_output, emit, output_option
 from changeflow.errors import ChangeflowError
 
 COLUMNS = [
@@ -95,7 +95,7 @@ def _airflow_available(config_path: str) -> bool:
 def schedules(ctx: click.Context, config_path: str, pipeline: str, output: str,
               as_json: bool) -> None:
     """Propagation schedules and their statistics (``user_queue_schedules``)."""
-    ctx.obj = {"config": config_path, "pipeline": pipeline, "output": chosen(output, as_json)}
+    ctx.obj = {"config": config_path, "pipeline": pipeline}
     if ctx.invoked_subcommand is not None:
         return
     from changeflow.schedules.ui import schedule_rows
@@ -106,7 +106,7 @@ def schedules(ctx: click.Context, config_path: str, pipeline: str, output: str,
         rows = schedule_rows(cfg, pipeline, with_airflow=airflow)
     except ChangeflowError as exc:
         raise _fail(exc) from exc
-    emit(rows, ctx.obj["output"], COLUMNS, empty="(no propagation)")
+    emit(rows, current_output(), COLUMNS, empty="(no propagation)")
 
 
 def _store(ctx: click.Context, name: str) -> Any:
@@ -127,11 +127,12 @@ def _show(ctx: click.Context, row: Any, message: str | None = None) -> None:
     d = row.as_dict()
     d["state"] = state_of(d)
     if message:
-        click.echo(message, err=ctx.obj["output"] != "table")
-    emit([d], ctx.obj["output"], ROW_COLUMNS)
+        click.echo(message, err=current_output() != "table")
+    emit([d], current_output(), ROW_COLUMNS)
 
 
 @schedules.command("sync")
+@accepts_output
 @click.pass_context
 def sync_cmd(ctx: click.Context) -> None:
     """Create the configured schedule of every propagation that has none."""
@@ -146,10 +147,11 @@ def sync_cmd(ctx: click.Context) -> None:
             made.append({"propagation": p.name, "created": not existed})
     except ChangeflowError as exc:
         raise _fail(exc) from exc
-    emit(made, ctx.obj["output"], [Col("propagation"), Col("created", "bool")])
+    emit(made, current_output(), [Col("propagation"), Col("created", "bool")])
 
 
 @schedules.command("create")
+@accepts_output
 @click.pass_context
 @click.argument("name")
 @click.option("--start", default=None, help="ISO time or 'now' [config, else now]")
@@ -175,6 +177,7 @@ def create_cmd(ctx: click.Context, name: str, start: str | None, duration: float
 
 
 @schedules.command("alter")
+@accepts_output
 @click.pass_context
 @click.argument("name")
 @click.option("--start", default=None, help="ISO time or 'now'")
@@ -216,6 +219,7 @@ def _toggle(ctx: click.Context, name: str, disable: bool, airflow: bool, wait: f
 
 
 @schedules.command("enable")
+@accepts_output
 @click.pass_context
 @click.argument("name")
 @click.option("--airflow/--no-airflow", default=True, show_default=True,
@@ -227,6 +231,7 @@ def enable_cmd(ctx: click.Context, name: str, airflow: bool, sub_pipeline: str |
 
 
 @schedules.command("disable")
+@accepts_output
 @click.pass_context
 @click.argument("name")
 @click.option("--airflow/--no-airflow", default=True, show_default=True,
@@ -241,6 +246,7 @@ def disable_cmd(ctx: click.Context, name: str, airflow: bool, wait: float,
 
 
 @schedules.command("drop")
+@accepts_output
 @click.pass_context
 @click.argument("name")
 def drop_cmd(ctx: click.Context, name: str) -> None:
@@ -250,6 +256,7 @@ def drop_cmd(ctx: click.Context, name: str) -> None:
 
 
 @schedules.command("trigger")
+@accepts_output
 @click.pass_context
 @click.argument("name")
 @sub_pipeline
@@ -263,10 +270,11 @@ def trigger_cmd(ctx: click.Context, name: str, sub_pipeline: str | None) -> None
         run = airflow_ops.trigger(airflow_ops.dag_id(_pipeline(ctx, sub_pipeline), name))
     except ChangeflowError as exc:
         raise _fail(exc) from exc
-    emit({"propagation": name, "run_id": run}, ctx.obj["output"])
+    emit({"propagation": name, "run_id": run}, current_output())
 
 
 @schedules.command("backfill")
+@accepts_output
 @click.pass_context
 @click.argument("name")
 @click.option("--from", "start", required=True, help="ISO time: first window start")
@@ -285,17 +293,18 @@ def backfill_cmd(ctx: click.Context, name: str, start: str, end: str,
     except ChangeflowError as exc:
         raise _fail(exc) from exc
     emit({"propagation": name, "backfill": made["id"], "runs": made["runs"]},
-         ctx.obj["output"])
+         current_output())
 
 
 @schedules.command("undeliverable")
+@accepts_output
 @click.pass_context
 def undeliverable_cmd(ctx: click.Context) -> None:
     """Messages marked UNDELIVERABLE (moved to the exception queue), newest first."""
     from changeflow.schedules.ui import undeliverable_rows
 
     rows = undeliverable_rows(load(ctx.obj["config"]))
-    emit(rows, ctx.obj["output"], [
+    emit(rows, current_output(), [
         Col("propagation"), Col("source_seq", "count", "source batch"),
         Col("n_messages", "count", "messages"), Col("exception_queue", header="exception queue"),
         Col("state"), Col("created_at", "time", "when"), Col("error_message", header="error",
