@@ -132,13 +132,16 @@ def build(target: Any, cfg: IdapConfig, *, site: str | None = None,
         qmon.stop()
         notifier.stop()
 
-    return IdapApp(service, cfg, users,
-                   SessionManager(idle_timeout=cfg.idle_timeout, max_sessions=cfg.max_sessions),
-                   on_start=start, on_stop=stop)
+    app = IdapApp(service, cfg, users,
+                  SessionManager(idle_timeout=cfg.idle_timeout, max_sessions=cfg.max_sessions),
+                  on_start=start, on_stop=stop)
+    app.notifier, app.time_manager = notifier, qmon  # type: ignore[attr-defined]
+    return app
 
 
 class TimeManager:
-    """The time manager's thread of a running service (expired messages move while it runs).
+    """The time manager's thread of a running service (expired messages move while it runs),
+    and the spill of its buffered messages when it stops.
 
     Args:
         interval: seconds between passes; 0 runs none (another process runs it).
@@ -157,10 +160,17 @@ class TimeManager:
             self._stop = start_background([self.store], self.interval)
 
     def stop(self) -> None:
-        """Stop the passes."""
+        """Stop the passes, and spill the service's buffered messages (a clean stop keeps
+        them: :func:`changeflow.messaging.buffered.spill_all`)."""
+        from changeflow.messaging import buffered
+
         if self._stop is not None:
             self._stop.set()
             self._stop = None
+        try:
+            buffered.spill_all(self.store)
+        except Exception:  # noqa: BLE001 (stopping: report, and let the rest stop)
+            log.exception("buffered messages of %s could not be spilled", self.store.safe_url)
 
 
 def uvicorn_config(app: IdapApp, cfg: IdapConfig, *, host: str | None = None,

@@ -87,7 +87,7 @@ class Service:
     def _session(self, http: HttpSession, user: str) -> Any:
         found = http.sessions.get(user)
         if found is None:
-            from changeflow.messaging.session import connect
+            from changeflow.messaging.opening import connect
 
             found = connect(self.target, user, site=self.site,
                             lock_timeout=self.cfg.idle_timeout + LOCK_MARGIN)

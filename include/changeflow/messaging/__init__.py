@@ -27,11 +27,12 @@ import importlib
 from typing import Any
 
 _EXPORTS = {
-    "connect": "session", "Session": "session", "Settings": "session",
+    "connect": "opening", "Session": "session", "Settings": "session",
     "Message": "model", "MessageProperties": "model", "Agent": "model", "Selector": "model",
     "JmsText": "payloads", "JmsBytes": "payloads", "JmsMap": "payloads",
     "JmsObject": "payloads",
     "DequeueMode": "constants", "Navigation": "constants", "Visibility": "constants",
+    "DeliveryMode": "constants",
     "State": "constants", "FOREVER": "constants", "NO_WAIT": "constants",
     "MessagingConfig": "config",
 }

@@ -313,6 +313,9 @@ def drop_queue(target: Target, queue: str, *, force: bool = False) -> int:
                        (S.registrations, "queue")):
             conn.execute(delete(t).where(t.c[col] == name))
     _delete_batch_files([b.path for b in batches])
+    from changeflow.messaging import buffered
+
+    buffered.forget(cat.store, name)
     return len(batches)
 
 

@@ -5,6 +5,8 @@
     messaging:
       max_message_size: 1048576       # bytes, encoded payload
       lock_timeout: 120               # seconds a dequeued message stays locked idle
+      buffer_max_bytes: 16777216      # buffered messages kept in memory, then spilled
+      buffer_spill_after: 300         # seconds a buffered message stays in memory
       types:
         - {name: oe.order_t, fields: {order_id: INTEGER, region: VARCHAR2(10),
                                       amount: NUMBER}}
@@ -130,6 +132,8 @@ class MessagingConfig(_Model):
 
     max_message_size: int = Field(default=1024 * 1024, ge=1)
     lock_timeout: float = Field(default=120.0, gt=0)
+    buffer_max_bytes: int = Field(default=16 * 1024 * 1024, ge=0)
+    buffer_spill_after: float | None = Field(default=300.0, gt=0)
     types: list[TypeDecl] = []
     queue_tables: list[QueueTableDecl] = []
     queues: list[AqQueueDecl] = []

@@ -79,6 +79,21 @@ class Visibility(_Choice):
     IMMEDIATE = "IMMEDIATE"
 
 
+class DeliveryMode(_Choice):
+    """``delivery_mode``: a persistent message (the queue table) or a buffered one (memory).
+
+    At dequeue, PERSISTENT_OR_BUFFERED takes either kind.
+    """
+
+    PERSISTENT = "PERSISTENT"
+    BUFFERED = "BUFFERED"
+    PERSISTENT_OR_BUFFERED = "PERSISTENT_OR_BUFFERED"
+
+    @classmethod
+    def _label(cls) -> str:
+        return "delivery mode"
+
+
 class State(enum.StrEnum):
     """A message's state for one recipient (seed 003's ``message_state`` and more)."""
 

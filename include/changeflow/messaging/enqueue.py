@@ -190,7 +190,7 @@ def choose_recipients(conn: Connection, store: StateStore, props: D.QueueProps,
             fields = mtype.field_names if mtype.kind == T.OBJECT else None
             cond = C.compile_condition(sub.rule, fields)
             if not C.matches(cond, mtype.rule_fields(decoded[0]),
-                             _rule_props(properties, mtype.name), mtype.name):
+                             rule_props(properties, mtype.name), mtype.name):
                 continue
         out.append((sub.name, sub.address))
     if not out:
@@ -203,7 +203,8 @@ def choose_recipients(conn: Connection, store: StateStore, props: D.QueueProps,
     return tuple(out)
 
 
-def _rule_props(p: MessageProperties, type_name: str) -> dict[str, Any]:
+def rule_props(p: MessageProperties, type_name: str) -> dict[str, Any]:
+    """A message's properties as subscriber rules and conditions read them."""
     return {"AQ$PRIORITY": p.priority, "AQ$CORRID": p.correlation, "AQ$DELAY": p.delay,
             "AQ$EXPIRATION": p.expiration, "AQ$RETRY_COUNT": 0,
             "AQ$SENDER": p.sender.name if p.sender else None, "AQ$MSG_TYPE": type_name}

@@ -264,6 +264,7 @@ class Message:
     reason: str | None = None
     txn_id: str = ""
     size: int = 0
+    delivery_mode: str = "PERSISTENT"
     extra: dict[str, Any] = field(default_factory=dict, compare=False, repr=False)
 
     @property
@@ -286,5 +287,5 @@ class Message:
             "exception_queue": self.exception_queue, "enq_time": self.enq_time,
             "state": self.state.value, "message_state": self.state.code,
             "attempts": self.attempts, "original_queue": self.original_queue,
-            "reason": self.reason,
+            "reason": self.reason, "delivery_mode": self.delivery_mode,
         }

@@ -22,7 +22,7 @@ service can keep one open across requests (IDAP, seed 003):
 had nothing else pending.
 
 >>> from changeflow.state import StateStore
->>> from changeflow.messaging import admin
+>>> from changeflow.messaging import admin, connect
 >>> store = StateStore("sqlite://")
 >>> _ = admin.create_queue_table(store, "app.jobs_qt", "RAW")
 >>> _ = admin.create_queue(store, "app.jobs", "app.jobs_qt", start=True)
@@ -45,7 +45,7 @@ import logging
 import time
 import uuid
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from changeflow.messaging import dequeue as DQ
@@ -54,6 +54,7 @@ from changeflow.messaging import enqueue as EQ
 from changeflow.messaging import locks, notify
 from changeflow.messaging.constants import (
     FOREVER,
+    DeliveryMode,
     DequeueMode,
     Navigation,
     Visibility,
@@ -71,7 +72,6 @@ from changeflow.state import StateStore, utcnow
 if TYPE_CHECKING:
     from sqlalchemy.engine import Connection
 
-    from changeflow.config import PipelineConfig
 
 log = logging.getLogger(__name__)
 #: Finds a messaging client's rule sets by name (None: not a client of the rules file).
@@ -89,12 +89,18 @@ class Settings:
         poll_max: the longest pause between two polls of a waiting dequeue, seconds.
         housekeeping: seconds between a session's checks for delayed messages that
             became due and lapsed locks, per queue (always done before giving up).
+        buffer_max_bytes: buffered messages a process keeps in memory per store before
+            the oldest spill to the store (:mod:`changeflow.messaging.buffered`).
+        buffer_spill_after: seconds a buffered message stays in memory before it spills
+            (None: only under memory pressure).
     """
 
     lock_timeout: float = 120.0
     max_message_size: int = 1024 * 1024
     poll_max: float = 0.02
     housekeeping: float = 0.2
+    buffer_max_bytes: int = 16 * 1024 * 1024
+    buffer_spill_after: float | None = 300.0
 
 
 class Session:
@@ -170,7 +176,8 @@ class Session:
     def enqueue(self, queue: str, payload: Any,
                 properties: MessageProperties | dict[str, Any] | None = None, *,
                 type_name: str | None = None, visibility: str = Visibility.ON_COMMIT,
-                commit: bool = False, **props: Any) -> str:
+                commit: bool = False, delivery_mode: str = DeliveryMode.PERSISTENT,
+                **props: Any) -> str:
         """Enqueue one message; returns its message id.
 
         Args:
@@ -185,12 +192,25 @@ class Session:
             visibility: ON_COMMIT (with the session's transaction) or IMMEDIATE (now,
                 as a transaction of its own).
             commit: commit the session's transaction in the same call.
+            delivery_mode: PERSISTENT (the queue table) or BUFFERED (this process's
+                memory, not transactional: :mod:`changeflow.messaging.buffered`).
 
         Raises:
             QueueNotFoundError, QueueStoppedError, UnknownTypeError, PayloadTypeError,
             MessagePropertyError, MessageTooLargeError, SecurityError,
             NoRecipientsError: the message is refused and nothing changes.
         """
+        if DeliveryMode.parse(delivery_mode) is DeliveryMode.BUFFERED:
+            from changeflow.messaging import buffered
+
+            self._touch()
+            msg_id = buffered.enqueue(self, self._queue(queue), payload,
+                                      MessageProperties.of(properties, **props), type_name)
+            if commit:
+                self.commit()
+            return msg_id
+        if delivery_mode == DeliveryMode.PERSISTENT_OR_BUFFERED:
+            raise MessagePropertyError("an enqueue's delivery_mode is PERSISTENT or BUFFERED")
         ids = self.enqueue_array(queue, [payload], [MessageProperties.of(properties, **props)],
                                  type_name=type_name, visibility=visibility, commit=commit)
         return ids[0]
@@ -237,7 +257,8 @@ class Session:
                 selector: Selector | str | dict[str, Any] | None = None,
                 correlation: str | None = None, msg_id: str | None = None,
                 condition: str | None = None, visibility: str = Visibility.ON_COMMIT,
-                commit: bool = False) -> Message | None:
+                commit: bool = False, delivery_mode: str = DeliveryMode.PERSISTENT
+                ) -> Message | None:
         """Dequeue (or browse) one message; ``None`` when none arrived within ``wait``.
 
         Args:
@@ -251,6 +272,8 @@ class Session:
                 ``correlation``, ``msg_id``, ``condition`` directly.
             visibility: ON_COMMIT (part of the session's transaction) or IMMEDIATE.
             commit: commit the session's transaction in the same call.
+            delivery_mode: PERSISTENT (default), BUFFERED or PERSISTENT_OR_BUFFERED
+                (buffered messages first); a buffered message is removed at once.
 
         Raises:
             QueueNotFoundError, QueueStoppedError, NotSubscribedError, SecurityError,
@@ -259,6 +282,14 @@ class Session:
         """
         spec, seconds = self._spec(queue, consumer, mode, navigation, wait, selector,
                                    correlation, msg_id, condition, visibility, commit)
+        delivery = DeliveryMode.parse(delivery_mode)
+        if delivery is not DeliveryMode.PERSISTENT:
+            from changeflow.messaging import buffered
+
+            found = buffered.take(self, spec, seconds, delivery,
+                                  lambda: self._receiver.receive(spec, 0.0, 1))
+            self._finish_call(spec, commit)
+            return found
         msgs = self._receiver.receive(spec, seconds, 1)
         self._finish_call(spec, commit)
         return msgs[0] if msgs else None
@@ -427,51 +458,3 @@ class Session:
 
 class _Lapsed(Exception):
     """Commit found fewer locks than the session took."""
-
-
-def connect(target: PipelineConfig | StateStore | str, user: str | None = None, *,
-            site: str | None = None, lock_timeout: float | None = None,
-            max_message_size: int | None = None, poll_max: float | None = None,
-            rules: RulesLookup | None = None) -> Session:
-    """Open a messaging session.
-
-    Args:
-        target: a pipeline configuration (its ``messaging`` section is applied to the
-            site's store first, and its rules file gives messaging clients their rule
-            sets), a :class:`~changeflow.state.StateStore`, or a state-store URL.
-        user: the database user the session acts as (secure queues check it).
-        site: the site to connect to, when the configuration declares several.
-        lock_timeout, max_message_size, poll_max: override :class:`Settings`.
-        rules: messaging clients' rule sets by name (default: the pipeline's rules file).
-    """
-    overrides: dict[str, Any] = {k: v for k, v in (
-        ("lock_timeout", lock_timeout), ("max_message_size", max_message_size),
-        ("poll_max", poll_max)) if v is not None}
-    if isinstance(target, (StateStore, str)):
-        store = target if isinstance(target, StateStore) else StateStore(target)
-        return Session(store, user=user, site=site, rules=rules,
-                       settings=replace(Settings(), **overrides))
-    from changeflow.messaging.declare import setup, site_of
-
-    name, rt = site_of(target, site)
-    setup(target)
-    mc = target.messaging
-    settings = replace(Settings(lock_timeout=mc.lock_timeout,
-                                max_message_size=mc.max_message_size), **overrides)
-    return Session(rt.store, user=user, site=name, rules=rules or _config_rules(target),
-                   settings=settings)
-
-
-def _config_rules(cfg: PipelineConfig) -> RulesLookup:
-    def lookup(consumer: str) -> DQ.ClientRules | None:
-        from changeflow.clients import registry
-
-        reg = registry(cfg)
-        if reg is None:
-            return None
-        for name, client in reg.clients.items():
-            if agent_name(name) == consumer and client.type == "dequeue":
-                return reg.client(name).evaluate
-        return None
-
-    return lookup

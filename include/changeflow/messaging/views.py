@@ -40,8 +40,13 @@ def queues(store: StateStore, name: str | None = None) -> list[dict[str, Any]]:
     ``max_retries``, ``retry_delay``, ``retention_time``, one count per state
     (``READY``, ``WAITING``, ``PROCESSED``, ``EXPIRED``, ``UNDELIVERABLE``),
     ``depth`` (READY + WAITING), ``locked``, ``oldest`` (oldest waiting message),
-    ``subscribers``, ``lcr_messages`` (LCRs in Parquet batches).
+    ``subscribers``, ``lcr_messages`` (LCRs in Parquet batches), ``buffered`` (buffered
+    messages in this process's memory) and ``spilled`` (buffered messages spilled to the
+    store; ``V$BUFFERED_QUEUES``).
     """
+    from changeflow.messaging import buffered
+
+    in_memory, spilled = buffered.counts(store), buffered.spilled_counts(store)
     with store.read() as conn:
         props = D.all_queues(conn)
         if name is not None:
@@ -68,6 +73,7 @@ def queues(store: StateStore, name: str | None = None) -> list[dict[str, Any]]:
         row["locked"] = int(c.get("locked", 0))
         row["oldest"] = c.get("oldest")
         row["subscribers"] = int(subs.get(p.name, 0))
+        row["buffered"], row["spilled"] = in_memory.get(p.name, 0), spilled.get(p.name, 0)
         row["lcr_messages"] = int(lcrs.get(p.name) or 0)
         out.append(row)
     return out

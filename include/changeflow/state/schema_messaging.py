@@ -6,8 +6,11 @@ payload, the message properties, the recipient's state and the logical-transacti
 lock. Queues themselves are rows of ``cf_queues`` (the queue catalog owns them);
 ``cf_aq_queue_tables`` adds the queue-table level properties.
 
-``cf_aq_messages`` declares itself a holder of queue messages in its ``info``
-(``queue_messages``): the queue catalog counts such rows before it drops a queue.
+``cf_aq_spilled`` holds buffered messages spilled from a process's memory.
+
+``cf_aq_messages`` and ``cf_aq_spilled`` declare themselves holders of queue messages in
+their ``info`` (``queue_messages``): the queue catalog counts such rows before it drops a
+queue.
 """
 
 from __future__ import annotations
@@ -186,6 +189,30 @@ registrations = Table(
     UniqueConstraint("queue", "consumer", "notify_url", name="uq_cf_aq_registration"),
 )
 
+spilled = Table(
+    "cf_aq_spilled",
+    metadata,
+    # Buffered messages spilled from a process's memory (Oracle's AQ$_<table>_p): one row
+    # per message and recipient, in the queue's order (k1: priority or 0, k2: enqueue µs).
+    Column("id", ID, primary_key=True, autoincrement=True),
+    Column("queue", String(200), nullable=False),
+    Column("consumer", String(200), nullable=False),
+    Column("msg_id", String(64), nullable=False),
+    Column("msg_type", String(200), nullable=False),
+    Column("payload", Text),
+    Column("payload_raw", LargeBinary),
+    Column("size", Integer, nullable=False),
+    Column("properties", Text, nullable=False),  # JSON: priority, correlation, sender, ...
+    Column("k1", BigInteger, nullable=False),
+    Column("k2", BigInteger, nullable=False),
+    Column("enq_time", DateTime(timezone=True), nullable=False),
+    Column("spilled_at", DateTime(timezone=True), nullable=False),
+    info={"queue_messages": {"column": "queue"}},
+)
+ix_spilled = Index("ix_cf_aq_spilled_order", spilled.c.queue, spilled.c.consumer, spilled.c.k1,
+                   spilled.c.k2, spilled.c.id)
+
+
 def _partial_indexes(conn: Connection) -> None:
     have = {i["name"] for i in inspect(conn).get_indexes(messages.name)}
     for name in OLD_INDEXES:
@@ -202,4 +229,5 @@ MIGRATIONS = [
     Step(2, "index of deliveries by remote address", create_indexes(ix_messages_address)),
     Step(3, "partial indexes of user messages (a plain enqueue updates fewer pages)",
          _partial_indexes),
+    Step(4, "buffered messages spilled from memory", create_tables(spilled)),
 ]

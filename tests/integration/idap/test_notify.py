@@ -132,7 +132,7 @@ def test_a_receiver_that_is_down_does_not_block_and_gets_it_later(server: Runnin
 
 
 def _failures(server: Running) -> int:
-    notifier = server.app._on_start.__self__  # type: ignore[union-attr]
+    notifier = server.app.notifier  # type: ignore[attr-defined]
     return int(notifier.failed)
 
 

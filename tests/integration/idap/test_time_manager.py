@@ -39,3 +39,15 @@ def test_time_manager_zero_leaves_it_to_another_process(tmp_path: Path) -> None:
         connect(store).enqueue("app.q", b"x", expiration=0.1, commit=True)
         time.sleep(2.5)
         assert exception_rows(store, "app.q") == []
+
+
+def test_a_clean_stop_spills_the_services_buffered_messages(tmp_path: Path) -> None:
+    store = StateStore(f"sqlite:///{tmp_path}/state.db")
+    make_queue(store, "app.q")
+    with running(store, idap_config()):
+        # a session of the service's process (as a request's would be)
+        connect(store).enqueue("app.q", b"kept", delivery_mode="BUFFERED")
+        assert views.queues(store, "app.q")[0]["spilled"] == 0
+    assert views.queues(store, "app.q")[0]["spilled"] == 1
+    m = connect(store).dequeue("app.q", wait=0, delivery_mode="BUFFERED")
+    assert m is not None and m.payload == b"kept"
