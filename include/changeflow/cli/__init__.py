@@ -94,7 +94,7 @@ class _Group(click.Group):
     ``changeflow aq queues -o json`` mean the same (:func:`changeflow.cli.output.chosen`).
     """
 
-    group_class = type
+    group_class: type[click.Group] | type[type] = type
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)

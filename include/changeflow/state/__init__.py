@@ -73,13 +73,14 @@ def _make_engine(url: str) -> Engine:
 
 
 def _insert(dialect: str) -> Any:
+    """The dialect's ``insert`` (the one with ``on_conflict_do_*``)."""
+    from sqlalchemy.dialects import postgresql, sqlite
+
     if dialect == "postgresql":
-        from sqlalchemy.dialects.postgresql import insert
-    elif dialect == "sqlite":
-        from sqlalchemy.dialects.sqlite import insert
-    else:
-        raise StateStoreError(f"state stores are SQLite or PostgreSQL, not {dialect}")
-    return insert
+        return postgresql.insert
+    if dialect == "sqlite":
+        return sqlite.insert
+    raise StateStoreError(f"state stores are SQLite or PostgreSQL, not {dialect}")
 
 
 def insert_if_absent(conn: Connection, table: Table, values: dict[str, Any]) -> bool:
@@ -89,8 +90,10 @@ def insert_if_absent(conn: Connection, table: Table, values: dict[str, Any]) -> 
     exception queue, a grant) by several processes at once end as one row, and none
     of them fails on the key.
     """
+    key = list(table.primary_key.columns)[0]
     stmt = _insert(conn.dialect.name)(table).values(**values).on_conflict_do_nothing()
-    return bool(conn.execute(stmt).rowcount)
+    # RETURNING, not rowcount: psycopg reports -1 for this INSERT
+    return conn.execute(stmt.returning(key)).first() is not None
 
 
 @functools.lru_cache(maxsize=4)

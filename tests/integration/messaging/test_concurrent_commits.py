@@ -97,3 +97,66 @@ def test_a_new_counter_taken_by_several_processes_at_once(
     outs = together(tmp_path, COUNTER, [[store_url, "scn:NEW.EXAMPLE.COM"]] * 6)
     assert sorted(outs) == [str(n) for n in range(1, 7)], outs
     assert StateStore(store_url).next_counter("scn:NEW.EXAMPLE.COM") == 7
+
+
+SCHEDULER = textwrap.dedent("""
+    import datetime as dt, sys, time
+    from pathlib import Path
+    from changeflow.schedules.model import Schedule
+    from changeflow.schedules.store import ScheduleStore
+    from changeflow.state import StateStore
+    url, go = sys.argv[1], Path(sys.argv[2])
+    store = ScheduleStore(StateStore(url))
+    print("ready", flush=True)
+    while not go.exists():
+        time.sleep(0.0005)
+    try:
+        made = store.create(Schedule("p1", dt.datetime(2024, 1, 1, tzinfo=dt.UTC)))
+        print("created" if made else "existed", flush=True)
+    except Exception as exc:
+        print(f"failed {type(exc).__name__}: {exc}", flush=True)
+""")
+
+EXPIRER = textwrap.dedent("""
+    import sys, time
+    from pathlib import Path
+    from changeflow.messaging.timemanager import run_once
+    from changeflow.state import StateStore
+    url, go = sys.argv[1], Path(sys.argv[2])
+    store = StateStore(url)
+    print("ready", flush=True)
+    while not go.exists():
+        time.sleep(0.0005)
+    try:
+        print(f"expired {run_once(store).expired}", flush=True)
+    except Exception as exc:
+        print(f"failed {type(exc).__name__}: {exc}", flush=True)
+""")
+
+
+def test_a_schedule_made_on_first_use_by_several_processes(
+        store_url: str, tmp_path: Path) -> None:
+    from changeflow.schedules.store import ScheduleStore
+
+    StateStore(store_url)
+    outs = together(tmp_path, SCHEDULER, [[store_url]] * 5)
+    assert sorted(outs) == ["created"] + ["existed"] * 4, outs
+    assert [r.schedule.propagation for r in ScheduleStore(StateStore(store_url)).list()] == ["p1"]
+
+
+def test_an_exception_queue_made_on_first_use_by_several_processes(
+        store_url: str, tmp_path: Path) -> None:
+    import time
+
+    from changeflow.messaging import views
+    from changeflow.queues.catalog import QueueCatalog
+
+    store = StateStore(store_url)
+    # a pipeline's LCR queue: no queue table, so no exception queue until a message expires
+    QueueCatalog(store, "").create_queue("strm.q", queue_table="strm.q_table")
+    connect(store).enqueue("strm.q", b"x", expiration=0.05, recipients=["a"], commit=True)
+    time.sleep(0.1)
+    outs = together(tmp_path, EXPIRER, [[store_url]] * 5)
+    assert all(o.startswith("expired ") for o in outs), outs
+    (row,) = views.exception_messages(store, "strm.q")
+    assert (row["queue"], row["state"]) == ("strm.aq$_q_table_e", "EXPIRED")
