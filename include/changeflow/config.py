@@ -32,6 +32,7 @@ from changeflow.errors import ConfigError
 from changeflow.idap.config import IdapConfig
 from changeflow.mcq.config import McqConfig
 from changeflow.messaging.config import MessagingConfig
+from changeflow.targets.policy import IcebergConfig
 
 _ENV = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)(?::-([^}]*))?\}")
 _QUEUE_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_$#]*\.[A-Za-z_][A-Za-z0-9_$#]*$")
@@ -241,7 +242,8 @@ class PropagationSpec(_Model):
 
 
 class ApplySpec(_Model):
-    """An apply process: dequeues from a queue and applies to Parquet target tables."""
+    """An apply process: dequeues from a queue and applies to Iceberg target tables (or,
+    with ``target``, to a PostgreSQL database)."""
 
     name: str
     queue: str
@@ -255,6 +257,7 @@ class ApplySpec(_Model):
     enqueue: list[EnqueueDestination] = []
     errors: ErrorPolicy = ErrorPolicy()
     positions: PositionPolicy = PositionPolicy()
+    iceberg: IcebergConfig = IcebergConfig()
 
 
 class QualityConfig(_Model):

@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from changeflow.airflow.submit import SparkJobSpec, operator_kwargs
+from changeflow.jvm import jars_root
 
 START = dt.datetime(2024, 1, 1, tzinfo=dt.UTC)
 ORDER = ("capture", "propagation", "apply", "verify")
@@ -52,7 +53,7 @@ def _task(kind: str, name: str, spec: dict[str, Any], root: Path, task_id: str) 
 
     job = SparkJobSpec(
         kind=kind, name=name, config=str(root / spec["config"]), jobs_dir=str(root / "jobs"),
-        jars_dir=str(root / "jars" / "spark"),
+        jars_dir=str(jars_root() / "spark"),
         conn_id=spec.get("conn_id", "spark_default"), conf=spec.get("spark", {}),
     )
     extra: dict[str, Any] = {"retries": 0} if kind == "verify" else {}

@@ -71,7 +71,10 @@ def operator_kwargs(spec: SparkJobSpec) -> dict[str, Any]:
     >>> kw["application_args"]
     ['--config', '/c.yaml', '--name', 'a1']
     """
-    jars = {"jars": f"{spec.jars_dir.rstrip('/')}/*.jar"} if spec.jars_dir else {}
+    # The driver also gets them on its class path: the Iceberg catalog's Java API is
+    # reached from Python (py4j sees the driver's system class loader, not --jars').
+    jars = {"jars": f"{spec.jars_dir.rstrip('/')}/*.jar",
+            "driver_class_path": f"{spec.jars_dir.rstrip('/')}/*"} if spec.jars_dir else {}
     return {
         "application": application(spec),
         "application_args": ["--config", spec.config, "--name", spec.name],

@@ -1,14 +1,16 @@
 """Conflict detection and resolution for Parquet targets (SPEC §7).
 
 For each target table, the apply looks up the current rows of the keys its effects
-touch (:func:`lookup`: the key, provenance and compared columns of the touched
-buckets' files, joined with the keys: a scan of a few columns, never a rewrite) and
-checks every effect, in run order:
+touch (:func:`changeflow.apply.tables.lookup_current`: the key, provenance and compared
+columns of the Iceberg table at the snapshot the pass read, semi-joined with the keys: a
+scan of a few columns, never a rewrite) and checks every effect, in run order:
 
 * an ``I`` on an existing key is a **uniqueness** conflict;
 * a ``U`` or ``D`` on a missing key is a **delete** conflict (row missing);
 * a ``U`` or ``D`` whose old value of a compared column differs from the row's is an
-  **update** conflict.
+  **update** conflict;
+* an effect whose key has a NULL column cannot be applied (``null_key``): its
+  transaction fails (a target row needs its whole key).
 
 An effect whose key's current image comes from the same LCR is a *replay* and one
 whose image comes from a later commit of the same source is *superseded*: both are
@@ -31,19 +33,17 @@ from typing import TYPE_CHECKING, Any
 
 from sqlalchemy import delete, select
 
-from changeflow.apply import lookup_arrow
 from changeflow.apply.config import ConflictHandlerSpec
 from changeflow.apply.errorq import FailedTxn
 from changeflow.apply.images import ORDER
 from changeflow.apply.positions import TxnId
-from changeflow.apply.target import FileEntry, TargetTable, read_files, resolve
 from changeflow.errors import ConfigError
 from changeflow.state import StateStore, utcnow
 from changeflow.state.schema_apply import conflict_handlers
+from changeflow.targets.catalog import TargetTable
 
 if TYPE_CHECKING:
-    import pyarrow as pa
-    from pyspark.sql import DataFrame, SparkSession
+    from pyspark.sql import Column, DataFrame
 
 H = conflict_handlers
 
@@ -118,66 +118,6 @@ def check_columns(handler: ConflictHandlerSpec, table_columns: list[str] | None)
 
 
 # -- detection ---------------------------------------------------------------------------
-def lookup(spark: SparkSession, table: TargetTable, files: list[FileEntry], keys: DataFrame,
-           columns: list[str], *, max_keys: int | None = None, arrow: bool = True,
-           arrow_rows: list[pa.Table] | None = None) -> DataFrame:
-    """The raw (unresolved) rows of the given files whose key is in ``keys``.
-
-    Local files are read on the driver with Arrow when that gives exactly what Spark's
-    scan and semi-join give (:mod:`.lookup_arrow`); else Spark does it.
-
-    Args:
-        max_keys: an upper bound of the number of keys, when known.
-        arrow: whether the Arrow path may be taken.
-        arrow_rows: when given and the Arrow path is taken, its rows are appended to it.
-    """
-    from pyspark.sql import functions as F
-
-    if arrow:
-        fast = lookup_arrow.lookup(spark, table, files, keys, columns, max_keys=max_keys,
-                                   rows_out=arrow_rows)
-        if fast is not None:
-            return fast
-    raw = read_files(spark, table, files, columns=[c for c in columns
-                                                   if c not in table.key_columns])
-    return raw.join(F.broadcast(keys), table.key_columns, "left_semi")
-
-
-def current_of(matched: DataFrame, table: TargetTable, columns: list[str], *,
-               partial: bool) -> DataFrame:
-    """Per looked-up key: whether it exists, its provenance and the given columns."""
-    from pyspark.sql import functions as F
-
-    cur = resolve(matched, table.key_columns, partial=partial, keep_deleted=True)
-    data = [F.col(c).alias(f"_c_{c}") for c in columns if c not in table.key_columns]
-    return cur.select(*table.key_columns, (~F.col("_cf_deleted")).alias("_c_exists"),
-                      F.col("_cf_src").alias("_c_src"), F.col("_cf_scn").alias("_c_scn"),
-                      F.col("_cf_pos").alias("_c_pos"), *data)
-
-
-def lookup_current(spark: SparkSession, table: TargetTable, files: list[FileEntry],
-                   keys: DataFrame, columns: list[str], *, partial: bool,
-                   max_keys: int | None = None) -> tuple[DataFrame, DataFrame, bool]:
-    """:func:`lookup` and :func:`current_of` its rows.
-
-    When the Arrow path reads the rows and no file holds partial images, the newest
-    image per key is picked on the driver too (:func:`.lookup_arrow.newest`): the same
-    rows as the Spark window, without its jobs.
-
-    Returns:
-        The raw rows of the keys, their current rows, and whether the raw rows come
-        from the driver (Spark holds them already: caching them gains nothing).
-    """
-
-    got: list[pa.Table] = []
-    matched = lookup(spark, table, files, keys, columns, max_keys=max_keys, arrow_rows=got)
-    spark_current = current_of(matched, table, columns, partial=partial)
-    if partial or not got:
-        return matched, spark_current, bool(got)
-    cur = lookup_arrow.current(got[0], table.key_columns, columns)
-    return matched, lookup_arrow.frame(spark, cur, spark_current.schema), True
-
-
 def detect(eff: DataFrame, current: DataFrame | None, table: TargetTable,
            compare: list[str], *, detect_conflicts: bool) -> DataFrame:
     """Effects with ``_x_skip`` (replay or superseded), ``_x_conflict`` (uniqueness,
@@ -186,9 +126,10 @@ def detect(eff: DataFrame, current: DataFrame | None, table: TargetTable,
     from pyspark.sql import functions as F
 
     keys = table.key_columns
+    null_key = _null_key(keys)
     if current is None and not detect_conflicts:
         return eff.withColumn("_x_skip", F.lit(False)).withColumn(
-            "_x_conflict", F.lit(None).cast("string")).withColumn("_x_bad", F.lit(False))
+            "_x_conflict", F.when(null_key, "null_key")).withColumn("_x_bad", null_key)
     if current is None:  # a new table, or no file in the touched buckets: no row exists
         nothing = F.lit(None)
         df = eff.select("*", nothing.cast("boolean").alias("_c_exists"),
@@ -218,9 +159,12 @@ def detect(eff: DataFrame, current: DataFrame | None, table: TargetTable,
             known = first | ((prev_kind != "D") & ~F.coalesce(
                 F.array_contains(F.lag("_e_absent").over(w), c), F.lit(False)))
             differs = differs | (F.col(f"_h_{c}") & known & ~F.col(f"_o_{c}").eqNullSafe(prior))
-        conflict = (F.when((kind == "I") & exists, "uniqueness")
+        conflict = (F.when(null_key, "null_key")
+                    .when((kind == "I") & exists, "uniqueness")
                     .when((kind != "I") & ~exists, "delete")
                     .when((kind != "I") & differs, "update"))
+    else:
+        conflict = F.when(null_key, "null_key")
     skip = replay | superseded
     df = df.withColumn("_x_skip", skip).withColumn("_x_conflict", conflict)
     by_key = Window.partitionBy(*keys)
@@ -228,6 +172,16 @@ def detect(eff: DataFrame, current: DataFrame | None, table: TargetTable,
     trouble = F.max((F.col("_x_conflict").isNotNull() | (F.col("_x_skip") & (n > 1)))
                     .cast("int")).over(by_key) > 0
     return df.withColumn("_x_bad", trouble)
+
+
+def _null_key(keys: list[str]) -> Column:
+    """Whether an effect's key has a NULL column."""
+    from pyspark.sql import functions as F
+
+    out = F.lit(False)
+    for k in keys:
+        out = out | F.col(k).isNull()
+    return out
 
 
 def troubled_keys(eff: DataFrame, current: DataFrame | None, table: TargetTable,
@@ -357,6 +311,10 @@ def _one(e: dict[str, Any], state: dict[str, Any], table: TargetTable, compare: 
     """One effect against the key's state: (image, resolved?), None to skip, or an error."""
     kind = e["_e_kind"]
     where = f"{table.name} key ({_key_text(table, e)}), LCR {e['_e_msg']} at position {e['_e_pos']}"
+    nulls = [k for k in table.key_columns if e.get(k) is None]
+    if nulls:
+        return (f"key column {nulls[0]!r} is NULL: {where} cannot be applied (a target row "
+                "needs its whole key)")
     if kind == "I":
         if not state["exists"]:
             return dict(e), False

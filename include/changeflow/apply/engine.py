@@ -1,4 +1,4 @@
-"""The apply process for Parquet targets (SPEC §7; see ``docs/apply.md``).
+"""The apply process for Iceberg targets (SPEC §7; see ``docs/apply.md``).
 
 An apply run holds the apply's lease and makes passes over its queue's pending
 batches (at most its pass limits each). A pass:
@@ -10,18 +10,20 @@ batches (at most its pass limits each). A pass:
 3. fails, whole, every transaction holding an LCR with a command type the contract
    does not know;
 4. ends at the first transaction holding DDL (the next pass starts after it), runs the
-   DDL handler or executes the DDL (:mod:`.ddl_parquet`);
+   DDL handler or executes the DDL (:mod:`.ddl_iceberg`);
 5. runs the DML handlers on the executors (:mod:`.handlers`);
 6. per target table: turns LCRs into effects, looks up the current rows of their
    keys, detects and resolves conflicts (:mod:`.conflicts`), repeating while failed
    transactions change what later ones find; calls the precommit handler per
    transaction;
-7. writes each table's delta, checks it (quality), writes each failed transaction's
-   LCRs to the error queue, enqueues into the destinations, and commits manifests,
-   row counts, done transactions, error entries and the queue position in one
-   state-store transaction (the lease checked inside it).
+7. stages each table's final images on an Iceberg branch, checks them (quality),
+   writes each failed transaction's LCRs to the error queue, enqueues into the
+   destinations, publishes every table (:mod:`changeflow.targets.commit`), and commits
+   done transactions, error entries and the queue position in one state-store
+   transaction (the lease checked inside it).
 
-Then consumed batches are purged and grown buckets compacted.
+Then consumed batches are purged and the written tables maintained (Iceberg's own
+compaction and snapshot expiry, :mod:`changeflow.targets.maintenance`).
 """
 
 from __future__ import annotations
@@ -33,14 +35,13 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from changeflow.apply import enqueue as enq
-from changeflow.apply.compaction import compact
 from changeflow.apply.handlers import Handlers
 from changeflow.apply.passes import Pass
-from changeflow.apply.target import TargetCatalog
 from changeflow.config import ApplySpec, PipelineConfig
 from changeflow.errors import ConfigError, TerminalError
 from changeflow.sites import consumer_name, open_pipeline, queue_site
 from changeflow.state.leases import Lease
+from changeflow.targets.catalog import IcebergTargets
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -76,10 +77,11 @@ class ApplyResult:
     timings: dict[str, float] = field(default_factory=dict)
 
 
-def target_catalog(cfg: PipelineConfig, spec: ApplySpec) -> TargetCatalog:
-    """The target catalog of the site an apply runs at (its queue's site)."""
+def targets_of(cfg: PipelineConfig, spec: ApplySpec) -> IcebergTargets:
+    """The Iceberg target tables of the site an apply runs at (its queue's site)."""
     rt, _ = queue_site(cfg, spec.queue)
-    return TargetCatalog(rt.store, rt.spec.target_root)
+    return IcebergTargets(rt.name, rt.store, rt.spec.target_root,
+                          format_version=spec.iceberg.format_version)
 
 
 def apply_once(
@@ -99,7 +101,10 @@ def apply_once(
         ConfigError: a conflict handler names an unknown column, an enqueue destination
             is not declared, or the apply has a PostgreSQL target (nothing applied).
         LeaseHeldError: another run of the apply is active (transient).
-        QualityError: a blocking target check failed (the deltas are quarantined).
+        QualityError: a blocking target check failed (the staged writes are kept as
+            quarantine branches, nothing published).
+        TargetConflictError: another writer committed to a target table during the pass
+            (transient: the next run does the pass again).
         ApplyStoppedError: ``stop_on_error`` and a transaction failed (it is in the
             error queue; what came before it is committed).
     """
@@ -113,7 +118,8 @@ def apply_once(
     handlers = Handlers.from_config(spec.handlers, spark)
     dests = enq.destinations(cfg, spec)
     result = ApplyResult(name)
-    catalog = TargetCatalog(rt.store, rt.spec.target_root)
+    targets = targets_of(cfg, spec)
+    targets.register(spark)
     touched: set[str] = set()
     with Lease(rt.store, f"apply:{name}", wait=lease_wait) as lease:
         consumer = consumer_name("apply", name)
@@ -123,7 +129,7 @@ def apply_once(
                                          max_bytes=spec.limits.max_bytes)
             if not batches:
                 break
-            step = Pass(spark, cfg, spec, rt, catalog, lease, handlers, dests, rule_filter,
+            step = Pass(spark, cfg, spec, rt, targets, lease, handlers, dests, rule_filter,
                         batches, result)
             complete = step.run()
             for k, v in step.timings.items():
@@ -131,20 +137,22 @@ def apply_once(
             touched.update(step.written_tables)
             result.passes += 1
             if step.stopped is not None:
-                _finish(spark, cfg, spec, catalog, touched, result, started)
+                _finish(spark, cfg, spec, targets, touched, result, started)
                 raise ApplyStoppedError(step.stopped)
             if complete:
                 result.batches += len(batches)
                 result.messages += sum(b.n_messages for b in batches)
                 break
-    _finish(spark, cfg, spec, catalog, touched, result, started)
+    _finish(spark, cfg, spec, targets, touched, result, started)
     return result
 
 
-def _finish(spark: SparkSession, cfg: PipelineConfig, spec: ApplySpec, catalog: TargetCatalog,
-            touched: set[str], result: ApplyResult, started: float) -> None:
+def _finish(spark: SparkSession, cfg: PipelineConfig, spec: ApplySpec,
+            targets: IcebergTargets, touched: set[str], result: ApplyResult,
+            started: float) -> None:
     from changeflow.apply.status import record_run
     from changeflow.queues.retention import purge
+    from changeflow.targets.maintenance import maintain
 
     rt, queue = queue_site(cfg, spec.queue)
     t0 = time.monotonic()
@@ -152,8 +160,8 @@ def _finish(spark: SparkSession, cfg: PipelineConfig, spec: ApplySpec, catalog: 
         purge(spark, rt.catalog, queue)
     t1 = time.monotonic()
     for table in sorted(touched):
-        compact(spark, catalog, table)
-    result.timings.update(purge=t1 - t0, compact=time.monotonic() - t1)
+        maintain(spark, targets, table, spec.iceberg.maintenance)
+    result.timings.update(purge=t1 - t0, maintenance=time.monotonic() - t1)
     result.seconds = time.monotonic() - started
     record_run(rt.store, result)
     log.info("apply %s: %s transactions (%s changes) in %s batches, %s skipped, %s errors, "

@@ -23,7 +23,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from changeflow import lcr
-from changeflow.apply.target import TargetTable
+from changeflow.targets.catalog import TargetTable
 
 if TYPE_CHECKING:
     from pyspark.sql import Column, DataFrame
@@ -145,14 +145,41 @@ def effects(changes: DataFrame, table: TargetTable, compare: list[str], *,
     return changes.select(F.inline(per_lcr))
 
 
-def images(effects_df: DataFrame, table: TargetTable, seq: int, tag: bytes) -> DataFrame:
-    """Row images and tombstones for effects, with the bookkeeping columns."""
+def final_images(effects_df: DataFrame, table: TargetTable, tag: bytes, *,
+                 partial: bool) -> DataFrame:
+    """One image per changed key: what the key holds once the pass's effects are applied.
+
+    The newest effect (run order) decides: ``_cf_op`` ``D`` (the row goes) or ``W`` (the
+    row is written). Its bookkeeping columns are the newest effect's. With ``partial``,
+    each data column takes the newest value an effect of the pass carried (a delete
+    carries NULL throughout: a later insert starts from nothing), and ``_cf_absent``
+    lists the columns no effect carried: the row keeps them (an unchanged TOASTed value
+    is never overwritten).
+    """
     from pyspark.sql import functions as F
 
-    return effects_df.select(
-        *table.column_names,
-        F.lit(seq).cast("bigint").alias("_cf_seq"), F.col("_e_scn").alias("_cf_scn"),
-        F.col("_e_pos").alias("_cf_pos"), (F.col("_e_kind") == "D").alias("_cf_deleted"),
-        F.col("_e_src").alias("_cf_src"), F.lit(tag).cast("binary").alias("_cf_tag"),
-        F.when(F.col("_e_kind") == "U", F.col("_e_absent")).alias("_cf_absent"),
-    )
+    keys = table.key_columns
+    data = [c for c in table.column_names if c not in keys]
+    order = F.struct(*[F.col(c) for c in ORDER])
+    kind = F.col("_e_kind")
+    meta = [F.col("_e_src").alias("_cf_src"), F.col("_e_scn").alias("_cf_scn"),
+            F.col("_e_pos").alias("_cf_pos"),
+            F.when(kind == "D", "D").otherwise("W").alias("_cf_op")]
+    if not partial:
+        newest = F.max_by(F.struct(*[F.col(c) for c in data], *meta), order).alias("_n")
+        out = effects_df.groupBy(*keys).agg(newest).select(*keys, "_n.*")
+    else:
+        aggs = []
+        for c in data:
+            carries = (kind != "U") | F.col("_e_absent").isNull() | ~F.array_contains(
+                "_e_absent", c)
+            aggs.append(F.max_by(F.when(kind != "D", F.col(c)), F.when(carries, order))
+                        .alias(c))
+            aggs.append(F.max(carries).alias(f"_has_{c}"))
+        aggs.append(F.max_by(F.struct(*meta), order).alias("_m"))
+        absent = F.array_compact(F.array(*[F.when(~F.col(f"_has_{c}"), F.lit(c))
+                                           for c in data])) if data else \
+            F.array().cast("array<string>")
+        out = effects_df.groupBy(*keys).agg(*aggs).select(
+            *keys, *data, "_m.*", absent.alias("_cf_absent"))
+    return out.withColumn("_cf_tag", F.lit(tag).cast("binary"))

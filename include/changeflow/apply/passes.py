@@ -1,32 +1,40 @@
-"""One pass of a Parquet apply over a set of pending batches (see :mod:`.engine`)."""
+"""One pass of an apply to Iceberg targets over a set of pending batches (see :mod:`.engine`).
+
+Every pass has an identity (:attr:`Pass.pass_id`): the apply, the batches and the first
+transaction of the pass's segment, or the error-queue entries it re-executes. The same
+batches give the same pass again after a crash, and every snapshot the pass writes
+carries the identity (:mod:`changeflow.targets.commit`): a table that an earlier attempt
+published is read as it was before, and not written again.
+"""
 
 from __future__ import annotations
 
+import hashlib
 import logging
 import time
-import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any
 
-from changeflow import faults, fs, quality
+from changeflow import faults, quality
 from changeflow import lcr as contract
-from changeflow.apply import delta_arrow, driver_pass, errorq, positions, survey
 from changeflow.apply import enqueue as enq
+from changeflow.apply import errorq, positions, survey
 from changeflow.apply.conflicts import check_columns, effective_handlers
-from changeflow.apply.ddl_parquet import DdlPlan
+from changeflow.apply.ddl_iceberg import DdlPlan, ensure
 from changeflow.apply.errorq import FailedTxn
 from changeflow.apply.handlers import ERROR_COLUMN, Handlers, run_dml, run_messages
 from changeflow.apply.positions import TxnId
 from changeflow.apply.records import Commit
 from changeflow.apply.tables import TablePlan, txn_frame, without
-from changeflow.apply.target import TargetCatalog, read_table, write_files
 from changeflow.config import ApplySpec, PipelineConfig
 from changeflow.errors import ConfigError, TargetError
 from changeflow.quality.target import TargetWrite
 from changeflow.quality.validator import warm_up
 from changeflow.queues import io as qio
 from changeflow.sites import SiteRuntime, consumer_name
+from changeflow.targets import commit as tcommit
+from changeflow.targets.catalog import IcebergTargets
 
 if TYPE_CHECKING:
     from collections.abc import Callable
@@ -39,22 +47,18 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-# Whether a pass writes its deltas on the driver with Arrow when it can
-# (:mod:`.delta_arrow`); tests turn it off to compare with the Spark path.
-ARROW_WRITES = True
-
 
 class Pass:
     """Everything one pass does before and at its commit."""
 
     def __init__(self, spark: SparkSession, cfg: PipelineConfig, spec: ApplySpec,
-                 rt: SiteRuntime, catalog: TargetCatalog, lease: Lease, handlers: Handlers,
+                 rt: SiteRuntime, targets: IcebergTargets, lease: Lease, handlers: Handlers,
                  dests: list[enq.Destination], rule_filter: Callable[[DataFrame], DataFrame]
                  | None, batches: list[Batch], result: ApplyResult, *,
                  source: DataFrame | None = None,
                  reexec: dict[str, errorq.ErrorEntry] | None = None):
         self.spark, self.cfg, self.spec, self.rt = spark, cfg, spec, rt
-        self.catalog, self.lease, self.handlers, self.dests = catalog, lease, handlers, dests
+        self.targets, self.lease, self.handlers, self.dests = targets, lease, handlers, dests
         self.rule_filter, self.batches, self.result = rule_filter, batches, result
         self.failed: dict[TxnId, FailedTxn] = {}
         self.msg_failures: list[tuple[FailedTxn, dict[str, Any]]] = []
@@ -67,16 +71,11 @@ class Pass:
         self.timings: dict[str, float] = {}
         self.source, self.reexec = source, reexec
         self.reexecuted: list[errorq.ErrorEntry] = []
+        self.pass_id = ""
 
     # -- the pass ------------------------------------------------------------------------
     def run(self) -> bool:
-        """Do the pass. Returns whether the batches are done (acknowledged).
-
-        A plain pass is done on the driver (:mod:`.driver_pass`); else in Spark.
-        """
-        done = driver_pass.run(self)
-        if done is not None:
-            return done
+        """Do the pass. Returns whether the batches are done (acknowledged)."""
         df = self.source if self.source is not None else qio.read_batches(self.spark,
                                                                            self.batches)
         if self.rule_filter is not None:
@@ -110,13 +109,14 @@ class Pass:
         segment, complete = _segment(todo)
         self.times = {t.id: t.commit_time for t in segment}
         self.info = {t.id: t for t in segment}
+        self.pass_id = self._identity(segment)
         for t in segment:
             if t.bad_command is not None:
                 self._fail_command(t)
         work = changes if len(segment) == len(txns) else changes.join(
             txn_frame(self.spark, {t.id for t in segment}).hint("broadcast"),
             ["source_database_name", "commit_scn", "transaction_id"], "left_semi")
-        ddl = DdlPlan(self.catalog, self.spec, self.handlers)
+        ddl = DdlPlan(self.spark, self.targets, self.spec, self.handlers)
         with self.step("handlers"):
             if any(t.has_ddl for t in segment):
                 ddl.collect(work, self._fail)
@@ -129,6 +129,7 @@ class Pass:
         applied = self._applied(segment)
         with self.step("write"):
             written = self._write(plans, set(self.failed) | self._cut)
+            ddl.prepare({w.table.name for w in written})
         with self.step("quality"):
             self._check(written)
         with self.step("error queue and enqueue"):
@@ -246,6 +247,12 @@ class Pass:
                     ddl.forget(name)
         for plan in self.plans.values():
             plan.prepare(work)
+            for txn in plan.after_late_ddl():
+                self._fail(FailedTxn(txn.key, "ddl", (
+                    f"rows of {plan.table.name} follow a DROP or RENAME COLUMN of it in the same "
+                    "transaction: they are not applied to Iceberg targets (give the apply a DDL "
+                    "handler, or commit the DDL in a transaction of its own)"), txn.source,
+                    txn.txn, txn.scn, tables=[plan.table.name]))
         order = sorted(self.info)
         plans = list(self.plans.values())
         for _ in range(len(order) + 1):
@@ -271,6 +278,7 @@ class Pass:
         cc = self.spec.conflicts
         try:
             header, is_new = ddl.header(name, shape, self.spec.buckets)
+            header, published = self._base(header)
         except TargetError as exc:
             for t in self.info.values():
                 if name in t.tables:
@@ -287,10 +295,46 @@ class Pass:
                 f"conflicts.compare of {name}: column {unknown[0]!r} is not a column of the "
                 f"table (it has {', '.join(header.column_names)})", file=self.cfg.source_path,
                 key=f"applies.{self.spec.name}.conflicts.compare")
-        return TablePlan(
-            self.spark, self.catalog, header, is_new, compare if cc.detect else [], handlers,
+        plan = TablePlan(
+            self.spark, self.targets, header, is_new, compare if cc.detect else [], handlers,
             cc.detect, cc.detect or self.cfg.quality.enabled,
             shape.partial(header.column_names), cutoff=ddl.cutoff(name), n_lcrs=shape.n)
+        plan.published = published
+        plan.late_from = ddl.late_from(name)
+        return plan
+
+    def _base(self, header: Any) -> tuple[Any, dict[str, str] | None]:
+        """The snapshot the pass reads a table at: the current one, or, when an earlier
+        attempt of this pass published to the table already, the one before it (the
+        pass then finds what it found then, and does not write again).
+
+        Returns:
+            The header at that snapshot, and the published snapshot's summary (or None).
+
+        Raises:
+            TargetError: the table was dropped outside changeflow (the apply published
+                to it before).
+        """
+        from dataclasses import replace
+
+        if not header.exists:
+            known = self.targets.last_published(header.name)
+            if known is not None and self.targets.dropped(header.name) is None:
+                raise TargetError(
+                    f"target table {header.name} was dropped outside changeflow (the apply "
+                    f"last published snapshot {known['version']} of it at "
+                    f"{known['updated_at']}); run `changeflow targets forget {header.name}` "
+                    "to let the apply create it again, then re-execute its errors")
+            return header, None
+        jt = self.targets.java_table(self.spark, header.name)
+        found = tcommit.find_pass(jt, self.pass_id) if jt is not None else None
+        if found is None:
+            return header, None
+        first, parent = found
+        summary = dict(jt.snapshot(jt.currentSnapshot().snapshotId()).summary())
+        log.info("apply %s: table %s holds pass %s already (snapshot %s): not written again",
+                 self.spec.name, header.name, self.pass_id, first)
+        return replace(header, snapshot=parent), summary
 
     def _stop_at_first_error(self, order: list[TxnId]) -> None:
         self._cut = set()
@@ -309,38 +353,61 @@ class Pass:
         return [t for t in segment if t.id not in self.failed and t.id not in self._cut]
 
     def _write(self, plans: list[TablePlan], excluded: set[TxnId]) -> list[TargetWrite]:
-        from concurrent.futures import ThreadPoolExecutor
+        """Stage each table's final images on a branch (not yet visible)."""
+        tag = bytes.fromhex(self.spec.apply_tag)
+        out = []
+        with tcommit.snapshot_properties(self.spark, self._props()):
+            for plan in plans:
+                out.append(self._write_one(plan, tag, excluded))
+        return out
 
-        tag = uuid.uuid4().hex[:12]
-        apply_tag = bytes.fromhex(self.spec.apply_tag)
+    def _write_one(self, plan: TablePlan, tag: bytes, excluded: set[TxnId]) -> TargetWrite:
+        expected = plan.expected(excluded) if self.cfg.quality.enabled else None
+        if plan.published is not None:
+            staged = tcommit.Staged(plan.table, "main", plan.table.snapshot,
+                                    plan.published, self._rows_at(plan))
+            return TargetWrite(plan.table, staged, expected, published=True)
+        ensure(self.spark, self.targets, plan.table)
+        tcommit.drop_stale_branches(self.spark, self.targets, plan.table.name,
+                                    prefix=f"cf_{self.pass_id}_")
+        staged = tcommit.stage(self.spark, self.targets, plan.table, self.pass_id,
+                               plan.images(tag, excluded),
+                               partial=plan.partial or plan.folded_partial,
+                               truncate=plan.cutoff is not None)
+        return TargetWrite(plan.table, staged, expected)
 
-        def one(plan: TablePlan) -> TargetWrite:
-            rows = plan.images(plan.table.version + 1, apply_tag, excluded)
-            kind = "pdelta" if plan.partial or plan.folded_partial else "delta"
-            # at most two effects per LCR (a key-moving UPDATE), plus resolved conflicts
-            bound = 2 * plan.n_lcrs + len(plan.folded)
-            got = delta_arrow.write(self.spark, plan.table, rows, kind, tag, max_rows=bound) \
-                if ARROW_WRITES else None
-            files, n = got if got is not None else write_files(self.spark, plan.table, rows,
-                                                                kind, tag)
-            return TargetWrite(plan.table, files, plan.before_rows(),
-                               plan.expected(excluded) if self.cfg.quality.enabled else None,
-                               self._rows_before(plan), n)
+    def _rows_at(self, plan: TablePlan) -> int:
+        snap = plan.table.snapshot
+        return 0 if snap is None else self.targets.row_count(self.spark, plan.table.name, snap)
 
-        with ThreadPoolExecutor(max_workers=4) as pool:
-            return list(pool.map(one, plans))
+    def _props(self) -> dict[str, str]:
+        """Summary properties of every snapshot this pass writes."""
+        props = {tcommit.PASS_ID: self.pass_id, "changeflow.apply": self.spec.name}
+        if self.batches:
+            props["changeflow.batches"] = f"{self.batches[0].seq}-{self.batches[-1].seq}"
+            props["changeflow.queue"] = self.batches[0].queue
+        if self.info:
+            top: dict[str, int] = {}
+            for t in self.info:
+                top[t.source] = max(top.get(t.source, t.scn), t.scn)
+            props["changeflow.positions"] = ",".join(f"{k}={v}" for k, v in sorted(top.items()))
+        return props
 
-    def _rows_before(self, plan: TablePlan) -> int:
-        if plan.is_new or plan.cutoff is not None:
-            return 0
-        known = self.catalog.row_count(plan.table.name)
-        if known is None and self.cfg.quality.enabled:
-            known = read_table(self.spark, self.catalog, plan.table.name).count()
-        return known or 0
+    def _identity(self, segment: list[survey.TxnInfo]) -> str:
+        """The pass's identity: the same batches and segment give the same pass."""
+        parts = [self.spec.name]
+        if self.batches:
+            parts.append(f"{self.batches[0].queue}:{self.batches[0].seq}-{self.batches[-1].seq}")
+        if segment:
+            parts.append(segment[0].id.key)
+        if self.reexec is not None:  # each attempt at an entry is a pass of its own
+            parts.append("reexec:" + ",".join(f"{e.id}.{e.attempts}"
+                                              for e in self.reexec.values()))
+        return hashlib.sha1("\x1f".join(parts).encode()).hexdigest()[:16]
 
     def _check(self, written: list[TargetWrite]) -> None:
         quality.check_target(self.spark, self.cfg, stage=f"apply:{self.spec.name}",
-                             catalog=self.catalog, writes=written)
+                             targets=self.targets, writes=written)
 
     def _error_files(self, changes: DataFrame) -> dict[str, tuple[str, int]]:
         """Write every failed transaction's LCRs (as received) to the error queue's files."""
@@ -376,18 +443,27 @@ class Pass:
     def _commit(self, written: list[TargetWrite], ddl: DdlPlan,
                 applied: list[survey.TxnInfo], files: dict[str, tuple[str, int]],
                 ack: bool) -> None:
+        """Publish every staged table, run the DDL that follows the rows, then commit the
+        positions, the error queue and the queue position in one state-store transaction.
+
+        A crash between the publishes and the state commit leaves tables that hold this
+        pass (recognised by the retry: :meth:`_base`) and nothing else done.
+        """
         replaced: list[str] = []
         faults.point("apply.before_commit")
+        with self.rt.store.read() as conn:
+            self.lease.check(conn)
+        for w in written:
+            if not w.published:
+                tcommit.publish(self.spark, self.targets, w.staged)
+        faults.point("apply.during_commit")
+        ddl.finish({w.table.name for w in written}, self._props())
         with self.rt.store.begin() as conn:
             self.lease.check(conn)
             for w in written:
-                plan = self.plans[w.table.name]
-                remove = [f.path for f in plan.old_files] if plan.cutoff is not None else []
-                replaced.extend(remove)
-                self.catalog.commit(conn, w.table, w.files, remove, rows=w.rows_after)
-                if w.rows_after is None:
-                    self.catalog.forget_row_count(conn, w.table.name)
-            replaced.extend(ddl.commit(conn, {w.table.name for w in written}))
+                self.targets.note_published(conn, w.table.name, w.staged.rows_after,
+                                            w.staged.snapshot)
+            ddl.commit(conn)
             positions.record(conn, self.spec.name,
                              [(t.id, t.commit_time) for t in applied])
             positions.note_last(conn, self.spec.name, [(t.id, t.commit_time) for t in applied])
@@ -416,10 +492,7 @@ class Pass:
             positions.prune(conn, self.spec.name, self.spec.positions.history_days)
         faults.point("apply.after_commit")
         for path in replaced:
-            if path.endswith(".parquet") and "/_apply_errors/" in path:
-                errorq.delete_file(path)
-            else:
-                fs.delete(self.spark, path)
+            errorq.delete_file(path)
 
     def _queue(self) -> str:
         return self.batches[0].queue
@@ -435,7 +508,7 @@ class Pass:
         r.enqueued += enqueued
         r.ddl += ddl.executed
         for w in written:
-            n = w.n_rows
+            n = w.staged.changed
             if n:
                 r.tables[w.table.name] = r.tables.get(w.table.name, 0) + n
                 self.written_tables.add(w.table.name)

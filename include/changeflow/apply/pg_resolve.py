@@ -4,7 +4,7 @@ When a transaction fails on a conflict (a unique violation, or ``expect_rows``
 finding no row with the LCR's key and old values) and its table has conflict
 handlers, the apply replays the transaction statement by statement under savepoints.
 A statement that conflicts is rolled back to its savepoint, the target row is read
-(``FOR UPDATE``) and the same rules as for Parquet targets decide
+(``FOR UPDATE``) and the same rules as for Iceberg targets decide
 (:func:`changeflow.apply.conflicts._one`): apply the LCR as it is, apply part of it,
 turn it into an INSERT, skip it, or fail the transaction with the reason.
 """
@@ -16,8 +16,8 @@ from typing import TYPE_CHECKING, Any
 from changeflow.apply import conflicts
 from changeflow.apply.config import ConflictHandlerSpec
 from changeflow.apply.pg_statements import Statement, StatementBuilder, _values
-from changeflow.apply.target import TargetTable
 from changeflow.errors import TerminalError
+from changeflow.targets.catalog import TargetTable
 
 if TYPE_CHECKING:
     import psycopg
@@ -64,8 +64,8 @@ def resolve(builder: StatementBuilder, conn: psycopg.Connection[Any], m: dict[st
     compare = [c for c, _ in builder.compared(owner, name, old, keys)]
     compare = [c[1:] for c in compare]
     cols = list(current or new)
-    table = TargetTable(f"{owner}.{name}".lower(), "", [k.lower() for k in keys],
-                        [(c.lower(), "VARCHAR2") for c in dict.fromkeys(cols + keys)], 1, 0)
+    table = TargetTable(f"{owner}.{name}".lower(), [k.lower() for k in keys],
+                        [(c.lower(), "VARCHAR2") for c in dict.fromkeys(cols + keys)], 1)
     state = {"exists": current is not None, "found": False,
              "values": {c.lower(): v for c, v in (current or {}).items()}}
     outcome = conflicts._one(_effect(m, keys, compare), state, table,

@@ -10,7 +10,7 @@ returns the list to apply (or ``None`` to apply the list as it changed it).
 
 A transaction that applies leaves the error queue (its LCR file is deleted) and
 counts as applied; one that fails again stays, with the new error and one more
-attempt. Re-execution takes its place by commit position: on a Parquet target a row
+attempt. Re-execution takes its place by commit position: on a Iceberg target a row
 that a later commit of the same source already changed keeps the later image, and
 on either target the conflict checks compare with the rows as they are now.
 """
@@ -67,7 +67,7 @@ def execute_errors(cfg: PipelineConfig, apply: str, ids: list[int] | None = None
     Args:
         fix: a function (or ``module:function`` path) that corrects each transaction's
             LCRs before it is applied again.
-        spark: required for an apply with a Parquet target.
+        spark: required for an apply with a Iceberg target.
 
     Raises:
         ErrorNotFoundError: an id is not in the apply's error queue (nothing re-executed).
@@ -99,7 +99,7 @@ def execute_errors(cfg: PipelineConfig, apply: str, ids: list[int] | None = None
             _postgres(cfg, spec, rt, lease, prepared, result)
         else:
             if spark is None:
-                raise errorq.TerminalError(f"apply {apply} has a Parquet target: re-execution "
+                raise errorq.TerminalError(f"apply {apply} has a Iceberg target: re-execution "
                                            "needs a SparkSession")
             _parquet(spark, cfg, spec, rt, lease, prepared, result)
     return result
@@ -108,13 +108,12 @@ def execute_errors(cfg: PipelineConfig, apply: str, ids: list[int] | None = None
 def _parquet(spark: SparkSession, cfg: PipelineConfig, spec: ApplySpec, rt: Any, lease: Lease,
              prepared: list[tuple[errorq.ErrorEntry, list[dict[str, Any]]]],
              result: ReexecResult) -> None:
-    from changeflow.apply.compaction import compact
-    from changeflow.apply.engine import ApplyResult
+    from changeflow.apply.engine import ApplyResult, targets_of
     from changeflow.apply.passes import Pass
-    from changeflow.apply.target import TargetCatalog
+    from changeflow.targets.maintenance import maintain
 
     handlers = Handlers.from_config(spec.handlers, spark)
-    catalog = TargetCatalog(rt.store, rt.spec.target_root)
+    targets = targets_of(cfg, spec)
     groups: list[list[tuple[errorq.ErrorEntry, list[dict[str, Any]]]]] = []
     for e, rows in prepared:  # DDL transactions alone, the others together
         if any(r["kind"] == "DDL" for r in rows) or not groups or any(
@@ -125,7 +124,7 @@ def _parquet(spark: SparkSession, cfg: PipelineConfig, spec: ApplySpec, rt: Any,
     for group in groups:
         data = [_spark_row(r) for _, rs in group for r in rs]
         df = spark.createDataFrame(data, contract.spark_schema())
-        step = Pass(spark, cfg, spec, rt, catalog, lease, handlers, [], None, [],
+        step = Pass(spark, cfg, spec, rt, targets, lease, handlers, [], None, [],
                     ApplyResult(spec.name), source=df,
                     reexec={e.txn_key: e for e, _ in group})
         step.run()
@@ -137,7 +136,7 @@ def _parquet(spark: SparkSession, cfg: PipelineConfig, spec: ApplySpec, rt: Any,
             else:
                 result.failed[e.id] = _message(rt, spec.name, e.id)
     for table in sorted(touched):
-        compact(spark, catalog, table)
+        maintain(spark, targets, table, spec.iceberg.maintenance)
 
 
 def _postgres(cfg: PipelineConfig, spec: ApplySpec, rt: Any, lease: Lease,

@@ -1,10 +1,10 @@
-"""One target table's part of a Parquet apply pass: effects, lookup, conflicts, images.
+"""One target table's part of an apply pass: effects, lookup, conflicts, final images.
 
 :class:`TablePlan` is built once per touched table and pass. It keeps the (cached)
-effects and the looked-up current rows, and is asked repeatedly for conflicts while
-the set of failed transactions grows (a failed transaction changes what later
-transactions of the same keys find), until nothing new fails. Then :meth:`images`
-gives what to write.
+effects and the looked-up current rows (of the Iceberg table at the snapshot the pass
+read), and is asked repeatedly for conflicts while the set of failed transactions grows
+(a failed transaction changes what later transactions of the same keys find), until
+nothing new fails. Then :meth:`images` gives what to write: one final image per key.
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ from changeflow.apply import conflicts, images
 from changeflow.apply.config import ConflictHandlerSpec
 from changeflow.apply.errorq import FailedTxn
 from changeflow.apply.positions import TxnId
-from changeflow.apply.target import FileEntry, TargetCatalog, TargetTable, bucket_expr, resolve
+from changeflow.targets.catalog import IcebergTargets, TargetTable
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -49,7 +49,7 @@ class TablePlan:
     """The pass's work on one target table."""
 
     spark: SparkSession
-    catalog: TargetCatalog
+    targets: IcebergTargets
     table: TargetTable
     is_new: bool
     compare: list[str]
@@ -60,13 +60,13 @@ class TablePlan:
     cutoff: tuple[Any, ...] | None = None
     n_lcrs: int = 0
     effects: DataFrame | None = None
-    matched: DataFrame | None = None
     current: DataFrame | None = None
-    old_files: list[FileEntry] = field(default_factory=list)
     resolved: int = 0
     skipped: int = 0
     folded: list[dict[str, Any]] = field(default_factory=list)
     keys: DataFrame | None = None  # the changed keys (cached), when looked up
+    published: dict[str, str] | None = None  # an earlier attempt's snapshot summary
+    late_from: tuple[Any, ...] | None = None  # a DROP/RENAME COLUMN of the pass
     _checked: bool = False
     _troubled: DataFrame | None = None  # keys whose effects went to the fold, if any
     _cached: list[DataFrame] = field(default_factory=list)
@@ -84,32 +84,31 @@ class TablePlan:
             eff = eff.where(F.struct(*[F.col(c) for c in images.ORDER]) > F.struct(
                 *[F.lit(v).cast(types[c]).alias(c) for c, v in zip(images.ORDER, self.cutoff,
                                                                    strict=True)]))
-            self.old_files = self.catalog.files(self.table.name)
         self.effects = self._cache(eff)
-        if not self.lookup_needed or self.is_new or self.cutoff is not None:
+        if not self.lookup_needed or self.is_new or self.cutoff is not None \
+                or self.table.snapshot is None:
             return
         keys = self._cache(self.effects.select(*self.table.key_columns).distinct())
         self.keys = keys
-        files = self.catalog.files(self.table.name)
-        if self.n_lcrs > 8 * self.table.buckets:  # every bucket is touched, all but surely
-            self.old_files = files
-        else:
-            touched = {r[0] for r in keys.select(
-                bucket_expr(self.table.key_columns, self.table.buckets)).distinct().collect()}
-            self.old_files = [f for f in files if f.bucket in touched]
-        if not self.old_files:
-            return
         needed = self.compare + [h.resolution_column for h in self.handlers
                                  if h.resolution_column and h.resolution_column
                                  not in self.compare]
-        # An UPDATE that moves its key has two keys: at most twice as many keys as LCRs.
-        partial_files = any(f.kind == "pdelta" for f in self.old_files)
-        matched, current, on_driver = conflicts.lookup_current(
-            self.spark, self.table, self.old_files, keys, needed, partial=partial_files,
-            max_keys=2 * self.n_lcrs)
-        # Rows handed over by the driver are held by Spark already: no cache to build.
-        self.matched = matched if on_driver else self._cache(matched)
-        self.current = current if on_driver and not partial_files else self._cache(current)
+        self.current = self._cache(lookup_current(self.spark, self.targets, self.table, keys,
+                                                  needed))
+
+    def after_late_ddl(self) -> set[TxnId]:
+        """Transactions with rows of this table after its DROP or RENAME COLUMN (in the
+        same transaction: the rows name the columns as they are after the statement)."""
+        from pyspark.sql import functions as F
+
+        if self.late_from is None or self.effects is None:
+            return set()
+        types = dict(self.effects.dtypes)
+        later = self.effects.where(F.struct(*[F.col(c) for c in images.ORDER]) > F.struct(
+            *[F.lit(v).cast(types[c]).alias(c) for c, v in zip(images.ORDER, self.late_from,
+                                                               strict=True)]))
+        return {TxnId(r[0], int(r[1]), r[2]) for r in
+                later.select("_e_src", "_e_scn", "_e_txn").distinct().collect()}
 
     def _cache(self, df: DataFrame) -> DataFrame:
         df = df.persist()
@@ -166,8 +165,8 @@ class TablePlan:
             return eff
         return conflicts.by_keys(eff, self._troubled, self.table.key_columns, "left_anti")
 
-    def images(self, seq: int, tag: bytes, failed: set[TxnId]) -> DataFrame:
-        """What to write: fast-path effects and folded ones, as images and tombstones."""
+    def images(self, tag: bytes, failed: set[TxnId]) -> DataFrame:
+        """What to write: one final image per changed key (fast-path and folded effects)."""
         cols = [*self.table.column_names, *images.E_META]
         out = self._fast(failed).select(*cols)
         folded = [r for r in self.folded if TxnId(r["_e_src"], int(r["_e_scn"]), r["_e_txn"])
@@ -176,7 +175,8 @@ class TablePlan:
             schema = out.schema
             rows = [tuple(r.get(c) for c in cols) for r in folded]
             out = out.unionByName(self.spark.createDataFrame(rows, schema))
-        return images.images(out, self.table, seq, tag)
+        return images.final_images(out, self.table, tag,
+                                   partial=self.partial or self.folded_partial)
 
     def expected(self, failed: set[TxnId]) -> DataFrame:
         """Per changed key: whether it should exist once this pass commits."""
@@ -195,6 +195,8 @@ class TablePlan:
             *keys, (F.col("_e_kind") != "D").alias("_present"))
         assert self.effects is not None
         every = self.keys if self.keys is not None else self.effects.select(*keys).distinct()
+        # a key with a NULL column is never written (its transaction fails: null_key)
+        every = every.dropna(subset=keys)
         if self.current is not None:
             before = self.current.select(*keys, F.col("_c_exists").alias("_before"))
             every = every.join(before, keys, "left")
@@ -209,11 +211,24 @@ class TablePlan:
         """Whether a resolved conflict left columns to the current row (a partial image)."""
         return any(r.get("_e_absent") for r in self.folded)
 
-    def before_rows(self) -> DataFrame | None:
-        """The raw rows (every image) of the changed keys before this pass."""
-        return self.matched
 
 
-def resolve_current(df: DataFrame, table: TargetTable, partial: bool) -> DataFrame:
-    """Current rows of a frame of raw images (re-exported for the quality check)."""
-    return resolve(df, table.key_columns, partial=partial)
+def lookup_current(spark: SparkSession, targets: IcebergTargets, table: TargetTable,
+                   keys: DataFrame, columns: list[str]) -> DataFrame:
+    """Per changed key that exists at the snapshot the pass read: its provenance and the
+    given columns (``_c_exists``, ``_c_src``, ``_c_scn``, ``_c_pos``, ``_c_<column>``).
+
+    A scan of the key, bookkeeping and given columns of the table, semi-joined with the
+    (broadcast) keys: the cost of a few columns, never of the whole rows.
+    """
+    from pyspark.sql import functions as F
+
+    key_cols = table.key_columns
+    data = [c for c in dict.fromkeys(columns) if c not in key_cols]
+    rows = spark.sql(f"SELECT * FROM {targets.ident(table.name)} "
+                     f"VERSION AS OF {table.snapshot}")
+    rows = rows.select(*key_cols, "_cf_src", "_cf_scn", "_cf_pos", *data)
+    return rows.join(F.broadcast(keys), key_cols, "left_semi").select(
+        *key_cols, F.lit(True).alias("_c_exists"), F.col("_cf_src").alias("_c_src"),
+        F.col("_cf_scn").alias("_c_scn"), F.col("_cf_pos").alias("_c_pos"),
+        *[F.col(c).alias(f"_c_{c}") for c in data])

@@ -178,14 +178,15 @@ def handlers_set(config_path: str, apply_name: str, table: str, method: str, con
 
 
 def _set(cfg: Any, apply_name: str, spec: Any, set_handler: Any) -> None:
-    from changeflow.apply.engine import target_catalog
+    from changeflow.apply.engine import targets_of
     from changeflow.sites import queue_site
+    from changeflow.spark import get_session
 
     apply = cfg.component("apply", apply_name)
     rt, _ = queue_site(cfg, apply.queue)
     columns = None
     if apply.target is None:
-        table = target_catalog(cfg, apply).get(spec.table)
+        table = targets_of(cfg, apply).get(get_session(quiet=True), spec.table)
         columns = table.column_names if table is not None else None
     set_handler(rt.store, apply_name, spec, columns)
 

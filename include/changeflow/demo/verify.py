@@ -5,10 +5,10 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-from changeflow.apply.engine import target_catalog
-from changeflow.apply.target import read_table
+from changeflow.apply.engine import targets_of
 from changeflow.capture.snapshot import list_snapshots, read_snapshot
 from changeflow.config import ApplySpec, PipelineConfig
+from changeflow.targets.read import read_table
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -53,7 +53,8 @@ def verify(spark: SparkSession, cfg: PipelineConfig, apply_name: str) -> Verific
     from pyspark.sql import functions as F
 
     spec: ApplySpec = cfg.component("apply", apply_name)
-    catalog = target_catalog(cfg, spec)
+    targets = targets_of(cfg, spec)
+    names = set(targets.names(spark))
     out = Verification()
     for cap in cfg.captures:
         if cap.source.type != "snapshot":
@@ -64,7 +65,7 @@ def verify(spark: SparkSession, cfg: PipelineConfig, apply_name: str) -> Verific
                 continue
             src = read_snapshot(spark, cap.source, t, n)
             src = src.select(*[F.col(c).alias(c.lower()) for c in src.columns])
-            tgt = read_table(spark, catalog, t.name.lower()) if t.name.lower() in catalog.names() \
+            tgt = read_table(spark, targets, t.name.lower()) if t.name.lower() in names \
                 else src.limit(0)
             tgt = tgt.select(*[F.col(f.name).cast(f.dataType) for f in src.schema.fields])
             out.tables.append(TableCheck(

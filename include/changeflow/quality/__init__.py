@@ -6,7 +6,7 @@ The stages call one function each, between writing their output and committing i
   (propagations also pass their :class:`HopCounters`, built with
   :func:`observe_input` and :func:`hop_counters`); a stage holding its batch in
   memory as Arrow (the PostgreSQL capture) calls :func:`check_arrow_batch`;
-* applies: :func:`check_target` on the written, uncommitted delta files.
+* applies: :func:`check_target` on the staged, unpublished Iceberg writes.
 
 A blocking failure of a batch commits it set aside (:func:`state_of`,
 :func:`set_aside`) and the stage raises :class:`QualityError` after its commit; a

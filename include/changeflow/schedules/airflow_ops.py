@@ -27,6 +27,7 @@ from typing import Any
 
 from changeflow.config import PipelineConfig
 from changeflow.errors import ConfigError
+from changeflow.jvm import jars_root
 
 log = logging.getLogger(__name__)
 IN_FLIGHT = ("queued", "running")
@@ -64,7 +65,7 @@ def window_task(name: str, spec: dict[str, Any], root: Path, **callbacks: Any) -
 
     config = str(root / spec["config"])
     job = SparkJobSpec(kind="propagation_window", name=name, config=config,
-                       jobs_dir=str(root / "jobs"), jars_dir=str(root / "jars" / "spark"),
+                       jobs_dir=str(root / "jobs"), jars_dir=str(jars_root() / "spark"),
                        conn_id=spec.get("conn_id", "spark_default"),
                        conf=spec.get("spark", {}))
     return PropagationWindowOperator(task_id="window", config=config, propagation=name,

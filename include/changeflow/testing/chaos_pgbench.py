@@ -124,8 +124,8 @@ class _PgRig(Rig):
             NAMES[kind] = saved
 
     def compare(self, pg: Any, figures: Figures) -> dict:
-        from changeflow.apply.engine import target_catalog
-        from changeflow.apply.target import read_table
+        from changeflow.apply.engine import targets_of
+        from changeflow.targets.read import read_table
 
         at1, at2 = self._ids("strm.cq@s1"), self._ids("strm.aq@s2")
         dup = sum(n - 1 for n in Counter(at1).values() if n > 1) + sum(
@@ -134,7 +134,7 @@ class _PgRig(Rig):
         figures.messages += len(set(at1))
         figures.duplicated += dup
         figures.lost += lost
-        catalog = target_catalog(self.cfg, self.cfg.component("apply", "toparquet"))
+        targets = targets_of(self.cfg, self.cfg.component("apply", "toparquet"))
         differs = []
         with pg.connect("chaos_src") as s, pg.connect("chaos_dst") as d:
             for table, key in PG_TABLES.items():
@@ -142,9 +142,9 @@ class _PgRig(Rig):
                 if d.execute(f"SELECT * FROM {table} ORDER BY {key}").fetchall() != expected:
                     differs.append(f"{table} (PostgreSQL target)")
                 cols = [c.name for c in s.execute(f"SELECT * FROM {table} LIMIT 0").description]
-                rows = read_table(self.spark, catalog, f"public.{table}").select(*cols).collect()
+                rows = read_table(self.spark, targets, f"public.{table}").select(*cols).collect()
                 if sorted(tuple(r) for r in rows) != sorted(expected):
-                    differs.append(f"{table} (Parquet target)")
+                    differs.append(f"{table} (Iceberg target)")
         if differs or dup or lost:
             figures.target_mismatches += bool(differs)
             figures.failures.append(f"pgbench: {lost} lost, {dup} duplicated, differ: {differs}")

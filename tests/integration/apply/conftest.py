@@ -125,11 +125,11 @@ def enqueue(spark: Any) -> Callable[[PipelineConfig, list[dict[str, Any]]], None
 
 def table_rows(spark: Any, cfg: PipelineConfig, table: str = "hr.emp",
                cols: list[str] | None = None) -> list[tuple]:
-    """The current rows of a Parquet target table (some columns), sorted."""
-    from changeflow.apply.engine import target_catalog
-    from changeflow.apply.target import read_table
+    """The current rows of an Iceberg target table (some columns), sorted."""
+    from changeflow.apply.engine import targets_of
+    from changeflow.targets.read import read_table
 
-    df = read_table(spark, target_catalog(cfg, cfg.applies[0]), table)
+    df = read_table(spark, targets_of(cfg, cfg.applies[0]), table)
     if cols:
         df = df.select(*cols)
     return sorted(tuple(r) for r in df.collect())

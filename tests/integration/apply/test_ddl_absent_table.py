@@ -11,7 +11,7 @@ from __future__ import annotations
 import pytest
 
 from changeflow.apply import errorq
-from changeflow.apply.engine import apply_once, target_catalog
+from changeflow.apply.engine import apply_once, targets_of
 from changeflow.sites import queue_site
 
 from .conftest import QUEUE, ddl, row, table_rows, vals
@@ -53,6 +53,6 @@ def test_truncate_of_a_new_table_creates_it_and_drop_still_drops(  # type: ignor
         kind, text = failed[txn]
         assert kind == "table" and f"{table} was dropped earlier in its transaction" in text
     assert table_rows(spark, cfg, "hr.dept") == [(3, "c"), (4, "d")]
-    catalog = target_catalog(cfg, cfg.applies[0])
-    assert catalog.get("hr.none") is None  # a TRUNCATE alone creates nothing
-    assert catalog.get("hr.tmp") is None and catalog.get("hr.never") is None
+    catalog = targets_of(cfg, cfg.applies[0])
+    assert catalog.get(spark, "hr.none") is None  # a TRUNCATE alone creates nothing
+    assert catalog.get(spark, "hr.tmp") is None and catalog.get(spark, "hr.never") is None

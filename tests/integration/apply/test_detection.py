@@ -9,14 +9,14 @@ import pytest
 
 from changeflow import lcr
 from changeflow.apply import conflicts, images
-from changeflow.apply.target import TargetTable
+from changeflow.targets.catalog import TargetTable
 
 from .conftest import row, vals
 
 pytestmark = pytest.mark.spark
 
-TABLE = TargetTable("hr.emp", "/nowhere/hr.emp", ["id"],
-                    [("id", "INTEGER"), ("name", "VARCHAR2"), ("sal", "NUMBER")], 4, 0)
+TABLE = TargetTable("hr.emp", ["id"],
+                    [("id", "INTEGER"), ("name", "VARCHAR2"), ("sal", "NUMBER")], 4)
 
 
 def _changes(spark: Any, messages: list[dict[str, Any]]) -> Any:

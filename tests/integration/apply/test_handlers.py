@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from changeflow.apply import errorq
-from changeflow.apply.engine import apply_once, target_catalog
+from changeflow.apply.engine import apply_once, targets_of
 from changeflow.apply.records import HandlerError
 from changeflow.queues import io as qio
 from changeflow.sites import queue_site
@@ -111,10 +111,10 @@ def test_bad_handler_path_applies_nothing(spark, make_cfg, enqueue) -> None:  # 
         apply_once(spark, cfg, "ap")
     rt, q = queue_site(cfg, QUEUE)
     assert rt.catalog.position(q, "apply:ap") == 0
-    assert target_catalog(cfg, cfg.applies[0]).get("hr.emp") is None
+    assert targets_of(cfg, cfg.applies[0]).get(spark, "hr.emp") is None
 
 
-def test_parquet_ddl_create_truncate_drop(spark, make_cfg, enqueue) -> None:  # type: ignore[no-untyped-def]
+def test_iceberg_ddl_create_truncate_rename_drop(spark, make_cfg, enqueue) -> None:  # type: ignore[no-untyped-def]
     cfg = make_cfg("applies: [{name: ap, queue: strmadmin.apply_q@site2, buckets: 2}]")
     enqueue(cfg, [
         ddl("CREATE TABLE hr.dept (id int PRIMARY KEY, name varchar(20))", "CREATE TABLE",
@@ -130,14 +130,29 @@ def test_parquet_ddl_create_truncate_drop(spark, make_cfg, enqueue) -> None:  # 
     ])
     res = apply_once(spark, cfg, "ap")
     assert table_rows(spark, cfg, "hr.dept") == [(3, "c")]
-    assert res.errors == 1  # RENAME COLUMN is not executed on Parquet targets
+    assert res.errors == 0  # RENAME COLUMN is Iceberg schema evolution
+    targets = targets_of(cfg, cfg.applies[0])
+    dept = targets.get(spark, "hr.dept")
+    assert dept is not None and dept.column_names == ["id", "title"]
+    # A column added by new rows, one dropped; a type Iceberg cannot change fails its
+    # transaction into the error queue with the reason.
+    enqueue(cfg, [
+        row("INSERT", new=vals(id=5, title="e", floor=3), table="HR.DEPT", txn="f", scn=14),
+        ddl("ALTER TABLE hr.dept DROP COLUMN floor", "ALTER TABLE", table="HR.DEPT",
+            txn="dc", scn=15),
+        row("INSERT", new=vals(id=6, title=7), table="HR.DEPT", txn="ty", scn=16)])
+    apply_once(spark, cfg, "ap")
+    apply_once(spark, cfg, "ap")
+    dept = targets.get(spark, "hr.dept")
+    assert dept is not None and dept.column_names == ["id", "title"]
+    assert table_rows(spark, cfg, "hr.dept") == [(3, "c"), (5, "e")]
     [(txn, kind, text)] = _errors(cfg)
-    assert (txn, kind) == ("rn", "ddl") and "DDL handler" in text
+    assert (txn, kind) == ("ty", "table") and "column 'title' is VARCHAR2" in text
     enqueue(cfg, [ddl("DROP TABLE hr.dept", "DROP TABLE", table="HR.DEPT", txn="dr", scn=20),
                   row("INSERT", new=vals(id=4, name="d"), table="HR.DEPT", txn="late",
                       scn=21)])
     apply_once(spark, cfg, "ap")
-    assert target_catalog(cfg, cfg.applies[0]).get("hr.dept") is None
+    assert targets_of(cfg, cfg.applies[0]).get(spark, "hr.dept") is None
     late = [e for e in _errors(cfg) if e[0] == "late"]
     assert late and late[0][1] == "table" and "was dropped" in late[0][2]
 
@@ -159,7 +174,7 @@ def test_enqueue_destination_instead_and_besides(spark, make_cfg, enqueue) -> No
     res = apply_once(spark, cfg, "ap")
     assert res.enqueued == 2
     assert table_rows(spark, cfg) == [(1, "a"), (2, "b")]  # JOBS was enqueued instead
-    assert target_catalog(cfg, cfg.applies[0]).get("hr.jobs") is None
+    assert targets_of(cfg, cfg.applies[0]).get(spark, "hr.jobs") is None
     rt, q = queue_site(cfg, "strmadmin.other_q@site2")
     got = qio.read_batches(spark, _all_batches(rt, q)).collect()
     assert sorted((r.object_name, r.origin) for r in got) == [("EMP", "USER"), ("JOBS", "USER")]

@@ -16,11 +16,11 @@ import pytest
 from changeflow.apply import errorq, views
 from changeflow.apply.config import ConflictHandlerSpec
 from changeflow.apply.conflicts import set_handler
-from changeflow.apply.engine import apply_once, target_catalog
+from changeflow.apply.engine import apply_once, targets_of
 from changeflow.apply.errorq import ErrorNotFoundError
 from changeflow.apply.postgres import apply_pg_once
 from changeflow.apply.reexec import execute_errors
-from changeflow.apply.target import read_table
+from changeflow.targets.read import read_table
 from changeflow.capture.postgres import run_pg_capture
 from changeflow.config import load_config
 from changeflow.errors import ConfigError
@@ -227,7 +227,7 @@ def test_toasted_column_survives_an_update_into_parquet_and_postgres(
     apply_pg_once(None, cfg, "topg")
     apply_once(spark, cfg, "toparquet")
     assert _rows(pg, dst) == [(1, 2, big)]
-    got = read_table(spark, target_catalog(cfg, cfg.applies[1]), "public.t").collect()
+    got = read_table(spark, targets_of(cfg, cfg.applies[1]), "public.t").collect()
     assert [(r.id, r.small, r.big == big) for r in got] == [(1, 2, True)]
 
 

@@ -8,7 +8,7 @@ import pytest
 
 from changeflow import lcr
 from changeflow.apply import errorq
-from changeflow.apply.engine import apply_once, target_catalog
+from changeflow.apply.engine import apply_once, targets_of
 from changeflow.capture.snapshot import run_capture
 from changeflow.errors import QueueDataError, QueueNotFoundError, SchemaMismatchError
 from changeflow.propagation import propagate_once
@@ -117,7 +117,7 @@ def test_target_key_column_missing(spark, pipeline) -> None:  # type: ignore[no-
                 producer="test")
     res = apply_once(spark, pipeline, "ap")
     assert (res.transactions, res.errors) == (0, 1)
-    assert target_catalog(pipeline, pipeline.applies[0]).names() == []
+    assert targets_of(pipeline, pipeline.applies[0]).names(spark) == []
     [entry] = errorq.entries(rt.store, "ap")
     assert entry.error_kind == "table" and entry.transaction_id == "t1"
     assert "hr.regions: key column 'region_id' is missing" in entry.error_message

@@ -6,8 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from changeflow.apply.engine import apply_once, target_catalog
-from changeflow.apply.target import read_table
+from changeflow.apply.engine import apply_once, targets_of
+from changeflow.targets.read import read_table
 from changeflow.capture.snapshot import run_capture
 from changeflow.config import load_config
 from changeflow.errors import ConfigError
@@ -46,8 +46,8 @@ def test_rules_filter_and_migrate_rows(spark, pipeline, snapshot) -> None:  # ty
     snapshot("hr.regions", 1, [(1, "Europe", 1), (2, "Americas", 1), (3, "Asia", 2)], REGIONS)
     snapshot("hr.staff", 1, [(1, "King")], "staff_id int, name string")
     run()
-    cat = target_catalog(cfg, cfg.applies[0])
-    assert "hr.staff" not in cat.names()  # discarded by the negative propagation rule
+    cat = targets_of(cfg, cfg.applies[0])
+    assert "hr.staff" not in cat.names(spark)  # discarded by the negative propagation rule
 
     def regions() -> list[tuple]:
         return sorted(tuple(r) for r in read_table(spark, cat, "hr.regions").collect())

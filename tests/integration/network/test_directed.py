@@ -124,14 +124,14 @@ def _two_way(spark: Any, root: Path, conditions: bool) -> tuple[Any, list[int]]:
 @pytest.mark.spark
 def test_two_way_parquet_source_database_conditions_stop_cycles(spark: Any,
                                                                 tmp_path: Path) -> None:
-    from changeflow.apply.engine import target_catalog
-    from changeflow.apply.target import read_table
+    from changeflow.apply.engine import targets_of
+    from changeflow.targets.read import read_table
 
     cfg, moved = _two_way(spark, tmp_path / "with", conditions=True)
     assert moved == [4, 0, 0]  # each site's 2 changes cross once, and never come back
     for apply, expected in (("apply_a", [3, 4]), ("apply_b", [1, 2])):
         run_component(spark, cfg, "apply", apply)
-        catalog = target_catalog(cfg, cfg.component("apply", apply))
+        catalog = targets_of(cfg, cfg.component("apply", apply))
         assert sorted(r.region_id for r in read_table(spark, catalog, "hr.regions")
                       .collect()) == expected
     # the same network without the conditions sends every change round and round

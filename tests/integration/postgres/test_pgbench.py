@@ -23,9 +23,9 @@ from typing import Any
 import pytest
 
 from changeflow.apply import errorq
-from changeflow.apply.engine import apply_once, target_catalog
+from changeflow.apply.engine import apply_once, targets_of
 from changeflow.apply.postgres import apply_pg_once
-from changeflow.apply.target import read_table
+from changeflow.targets.read import read_table
 from changeflow.capture.postgres import run_pg_capture
 from changeflow.config import load_config
 from changeflow.propagation import propagate_once
@@ -100,7 +100,7 @@ def _drain_and_apply(spark: Any, cfg: Any) -> None:
 
 
 def _compare(pg: Any, spark: Any, cfg: Any, src: str, dst: str) -> None:
-    catalog = target_catalog(cfg, cfg.component("apply", "toparquet"))
+    catalog = targets_of(cfg, cfg.component("apply", "toparquet"))
     with pg.connect(src) as s, pg.connect(dst) as d:
         for table, key in TABLES.items():
             expected = s.execute(f"SELECT * FROM {table} ORDER BY {key}").fetchall()

@@ -13,8 +13,8 @@ from typing import Any
 import pytest
 
 from changeflow.apply import errorq
-from changeflow.apply.engine import apply_once, target_catalog
-from changeflow.apply.target import read_table
+from changeflow.apply.engine import apply_once, targets_of
+from changeflow.targets.read import read_table
 from changeflow.capture.postgres import run_pg_capture
 from changeflow.config import load_config
 from changeflow.sites import queue_site
@@ -71,7 +71,7 @@ def _flow(spark: Any, cfg: Any) -> Any:
 
 
 def _compare(pg: Any, spark: Any, cfg: Any, src: str) -> None:
-    catalog = target_catalog(cfg, cfg.component("apply", "toparquet"))
+    catalog = targets_of(cfg, cfg.component("apply", "toparquet"))
     with pg.connect(src) as s:
         for table in ("acc", "br"):
             expected = s.execute(f"SELECT * FROM {table}").fetchall()

@@ -8,8 +8,8 @@ import pytest
 from click.testing import CliRunner
 
 from changeflow import lcr
-from changeflow.apply.engine import apply_once, target_catalog
-from changeflow.apply.target import read_table
+from changeflow.apply.engine import apply_once, targets_of
+from changeflow.targets.read import read_table
 from changeflow.cli import main
 from changeflow.propagation import propagate_once
 from changeflow.quality import QualityError, results
@@ -77,16 +77,21 @@ def test_clean_propagation_and_apply_pass(spark, pipeline, lcr_frame, tmp_path: 
 
 
 def _target_rows(spark, cfg):  # type: ignore[no-untyped-def]
-    cat = target_catalog(cfg, cfg.applies[0])
+    cat = targets_of(cfg, cfg.applies[0])
     return sorted(tuple(r) for r in read_table(spark, cat, "hr.regions").collect())
 
 
-def test_apply_null_key_is_blocked(spark, pipeline, lcr_frame) -> None:  # type: ignore[no-untyped-def]
+def test_apply_null_key_goes_to_the_error_queue(spark, pipeline, lcr_frame) -> None:  # type: ignore[no-untyped-def]
+    from changeflow.apply import errorq
+
     image = {"REGION_ID": lcr.encode_value(None, "INTEGER"), "REGION_NAME": lcr.encode_value("x")}
     _enqueue(spark, pipeline, DST, lcr_frame([row_lcr(1, new_values=image)]))
-    with pytest.raises(QualityError, match="target_key_not_null"):
-        apply_once(spark, pipeline, "ap")
-    assert target_catalog(pipeline, pipeline.applies[0]).get("hr.regions") is None
+    res = apply_once(spark, pipeline, "ap")
+    assert (res.transactions, res.errors) == (0, 1)
+    rt, _ = queue_site(pipeline, DST)
+    [entry] = errorq.entries(rt.store, "ap")
+    assert "key column 'region_id' is NULL" in entry.error_message
+    assert _target_rows(spark, pipeline) == []
 
 
 def test_replayed_lcrs_still_reconcile(spark, pipeline, lcr_frame) -> None:  # type: ignore[no-untyped-def]

@@ -130,8 +130,8 @@ def test_bad_transformations(spark: Any) -> None:
 
 
 def test_transformations_at_capture_propagation_and_apply(spark: Any, tmp_path: Path) -> None:
-    from changeflow.apply.engine import apply_once, target_catalog
-    from changeflow.apply.target import read_table
+    from changeflow.apply.engine import apply_once, targets_of
+    from changeflow.targets.read import read_table
     from changeflow.capture.snapshot import run_capture
     from changeflow.clients import rule_filter
     from changeflow.config import load_config
@@ -182,8 +182,8 @@ def test_transformations_at_capture_propagation_and_apply(spark: Any, tmp_path: 
     run_capture(spark, cfg, "cap", rule_filter(cfg, "capture", "cap"))
     propagate_once(spark, cfg, "prop", rule_filter=rule_filter(cfg, "propagation", "prop"))
     apply_once(spark, cfg, "app", rule_filter=rule_filter(cfg, "apply", "app"))
-    catalog = target_catalog(cfg, cfg.component("apply", "app"))
-    assert catalog.names() == ["hr.areas"]
+    catalog = targets_of(cfg, cfg.component("apply", "app"))
+    assert catalog.names(spark) == ["hr.areas"]
     got = sorted(tuple(r) for r in read_table(spark, catalog, "hr.areas").collect())
     assert got == [(1, "Europe", "DBS1"), (2, "Asia", "DBS1")]
     assert read_table(spark, catalog, "hr.areas").columns == ["region_id", "name", "source"]

@@ -16,7 +16,7 @@ from changeflow.apply.ddl import DdlError, logical_type, parse
 from changeflow.apply.handlers import Handlers, load
 from changeflow.apply.positions import TxnId
 from changeflow.apply.records import HandlerError, RowLCR
-from changeflow.apply.target import TargetTable
+from changeflow.targets.catalog import TargetTable
 from changeflow.state import StateStore
 
 T0 = dt.datetime(2024, 1, 1, tzinfo=dt.UTC)
@@ -73,8 +73,8 @@ def test_positions_are_exact_and_collapse_into_a_watermark() -> None:
             TxnId("S", 9, "old")}
 
 
-TABLE = TargetTable("hr.emp", "", ["id"], [("id", "INTEGER"), ("sal", "INTEGER"),
-                                           ("name", "VARCHAR2")], 1, 0)
+TABLE = TargetTable("hr.emp", ["id"], [("id", "INTEGER"), ("sal", "INTEGER"),
+                                       ("name", "VARCHAR2")], 1)
 
 
 def _effect(kind: str, scn: int, **values: object) -> dict[str, object]:

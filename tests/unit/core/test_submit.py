@@ -60,6 +60,7 @@ def test_hook_builds_the_exact_argv(monkeypatch: pytest.MonkeyPatch) -> None:
         "--conf", "spark.python.sql.dataFrameDebugging.enabled=false",
         "--conf", "spark.sql.extensions="
                   "org.apache.iceberg.spark.extensions.IcebergSparkSessionExtensions",
+        "--driver-class-path", "/repo/jars/spark/*",
         "--jars", "/repo/jars/spark/*.jar",
         "--driver-memory", "2g", "--name", "changeflow-apply-a1",
         "/repo/jobs/apply.py", "--config", "/c.yaml", "--name", "a1",

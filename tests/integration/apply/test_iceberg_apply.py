@@ -1,4 +1,5 @@
-"""Parquet apply: per-transaction positions, complete row images, command types, tags."""
+"""Apply into Iceberg tables: positions, complete row images, command types, tags,
+exactly once across a crash anywhere around the commit, maintenance."""
 
 from __future__ import annotations
 
@@ -6,10 +7,12 @@ import pytest
 from sqlalchemy import select
 
 from changeflow.apply import errorq
-from changeflow.apply.engine import apply_once, target_catalog
-from changeflow.apply.target import read_table
+from changeflow.apply.engine import apply_once, targets_of
 from changeflow.queues.retention import purge
 from changeflow.sites import queue_site
+from changeflow.targets.maintenance import maintain
+from changeflow.targets.policy import MaintenancePolicy
+from changeflow.targets.read import read_table, snapshots
 
 from .conftest import QUEUE, row, table_rows, vals
 
@@ -17,7 +20,8 @@ pytestmark = pytest.mark.spark
 
 APPLY = """
 applies:
-  - {name: ap, queue: strmadmin.apply_q@site2, buckets: 2, apply_tag: "0a"}
+  - {name: ap, queue: strmadmin.apply_q@site2, buckets: 2, apply_tag: "0a",
+     iceberg: {maintenance: {enabled: false}}}
 """
 
 
@@ -42,62 +46,31 @@ def test_lower_positions_from_another_path_apply_and_exact_replays_skip(
     assert table_rows(spark, cfg) == [(1, "a"), (2, "b"), (3, "c")]
 
 
-def test_update_without_unchanged_columns_keeps_them(spark, make_cfg, enqueue) -> None:  # type: ignore[no-untyped-def]
-    cfg = make_cfg(APPLY)
-    enqueue(cfg, [row("INSERT", new=vals(id=1, small=1, big="x" * 1000))])
-    apply_once(spark, cfg, "ap")
-    # As PostgreSQL sends an UPDATE whose unchanged TOASTed column is not in new values.
-    enqueue(cfg, [row("UPDATE", new=vals(id=1, small=2), old=vals(id=1), txn="t2", scn=20)])
-    apply_once(spark, cfg, "ap")
-    assert table_rows(spark, cfg) == [(1, 2, "x" * 1000)]
-    cat = target_catalog(cfg, cfg.applies[0])
-    assert any(f.kind == "pdelta" for f in cat.files("hr.emp"))
-    from changeflow.apply.compaction import compact
-
-    compact(spark, cat, "hr.emp", ratio=0.0, max_deltas=0)  # every bucket: the partial
-    # image is resolved into the base
-    assert {f.kind for f in cat.files("hr.emp")} == {"base"}
-    assert table_rows(spark, cfg) == [(1, 2, "x" * 1000)]
-
-
-def test_compaction_over_a_base_resolves_only_changed_keys_and_keeps_the_rest(
+def test_update_without_unchanged_columns_keeps_them_through_maintenance(
         spark, make_cfg, enqueue) -> None:  # type: ignore[no-untyped-def]
-    from changeflow.apply.compaction import compact
-
     cfg = make_cfg(APPLY)
-    cat = target_catalog(cfg, cfg.applies[0])
-    enqueue(cfg, [row("INSERT", new=vals(id=i, small=i, big=f"b{i}"), pos=i) for i in range(1, 7)])
+    enqueue(cfg, [row("INSERT", new=vals(id=i, small=i, big=f"{i}" * 1000), pos=i)
+                  for i in (1, 2, 3)])
     apply_once(spark, cfg, "ap")
-    compact(spark, cat, "hr.emp", ratio=0.0, max_deltas=0)  # the first base: deltas only
-    assert {f.kind for f in cat.files("hr.emp")} == {"base"}
-    # Over the base: an update, a partial update (big left out), a delete, a re-insert of
-    # a deleted key, a new key, and a key updated twice across two applies.
-    enqueue(cfg, [row("UPDATE", new=vals(id=1, small=10, big="n1"), old=vals(id=1), txn="u",
-                      scn=20, pos=1),
-                  row("UPDATE", new=vals(id=2, small=20), old=vals(id=2), txn="u", scn=20, pos=2),
-                  row("DELETE", old=vals(id=3), txn="u", scn=20, pos=3),
-                  row("DELETE", old=vals(id=4), txn="u", scn=20, pos=4),
-                  row("INSERT", new=vals(id=7, small=7, big="b7"), txn="u", scn=20, pos=5)])
+    # As PostgreSQL sends an UPDATE whose unchanged TOASTed column is not in new values;
+    # and two partial updates of one key in one pass, each carrying another column.
+    enqueue(cfg, [row("UPDATE", new=vals(id=1, small=10), old=vals(id=1), txn="t2", scn=20),
+                  row("UPDATE", new=vals(id=2, big="new"), old=vals(id=2), txn="t3", scn=30),
+                  row("UPDATE", new=vals(id=2, small=20), old=vals(id=2), txn="t4", scn=40),
+                  row("DELETE", old=vals(id=3), txn="t5", scn=50)])
     apply_once(spark, cfg, "ap")
-    enqueue(cfg, [row("INSERT", new=vals(id=4, small=40, big="again"), txn="v", scn=30, pos=1),
-                  row("UPDATE", new=vals(id=1, small=11, big="n1b"), old=vals(id=1), txn="v",
-                      scn=30, pos=2)])
-    apply_once(spark, cfg, "ap")
-    expected = [(1, 11, "n1b"), (2, 20, "b2"), (4, 40, "again"), (5, 5, "b5"), (6, 6, "b6"),
-                (7, 7, "b7")]
+    expected = [(1, 10, "1" * 1000), (2, 20, "new")]
     assert table_rows(spark, cfg) == expected
-    # (the applies compact grown buckets themselves: deltas this small outgrow the base)
-    compact(spark, cat, "hr.emp", ratio=0.0, max_deltas=0)
-    assert {f.kind for f in cat.files("hr.emp")} == {"base"}
+    targets = targets_of(cfg, cfg.applies[0])
+    jt = targets.java_table(spark, "hr.emp")
+    summary = dict(jt.currentSnapshot().summary())
+    # merge-on-read: the replaced rows are named by delete files, not rewritten
+    assert int(summary["total-position-deletes"]) == 3
+    done = maintain(spark, targets, "hr.emp", MaintenancePolicy(delete_ratio=0.01))
+    assert "rewrite_data_files" in done
+    after = dict(targets.java_table(spark, "hr.emp").currentSnapshot().summary())
+    assert int(after["total-position-deletes"]) == 0 and int(after["total-records"]) == 2
     assert table_rows(spark, cfg) == expected
-    # the new base holds exactly one image per key, no tombstone
-    from changeflow.apply.target import read_files
-
-    table = cat.get("hr.emp")
-    assert table is not None
-    raw = read_files(spark, table, cat.files("hr.emp")).collect()
-    assert sorted(r.id for r in raw) == [1, 2, 4, 5, 6, 7]
-    assert not any(r._cf_deleted for r in raw)
 
 
 def test_unknown_command_type_fails_its_transaction_whole(spark, make_cfg, enqueue) -> None:  # type: ignore[no-untyped-def]
@@ -122,9 +95,22 @@ def test_rows_carry_the_apply_tag_and_source(spark, make_cfg, enqueue) -> None: 
     cfg = make_cfg(APPLY)
     enqueue(cfg, [row("INSERT", new=vals(id=1, name="a"), source="DBS9.EXAMPLE.COM")])
     apply_once(spark, cfg, "ap")
-    meta = read_table(spark, target_catalog(cfg, cfg.applies[0]), "hr.emp",
+    meta = read_table(spark, targets_of(cfg, cfg.applies[0]), "hr.emp",
                       with_meta=True).collect()
-    assert [(r["_cf_tag"], r["_cf_src"]) for r in meta] == [(b"\x0a", "DBS9.EXAMPLE.COM")]
+    assert [(r["_cf_tag"], r["_cf_src"], r["_cf_scn"]) for r in meta] == [
+        (b"\x0a", "DBS9.EXAMPLE.COM", 10)]
+
+
+def test_a_null_key_fails_its_transaction(spark, make_cfg, enqueue) -> None:  # type: ignore[no-untyped-def]
+    cfg = make_cfg(APPLY)
+    enqueue(cfg, [row("INSERT", new=vals(id=1, name="a"), txn="good", scn=10),
+                  row("INSERT", new=vals(id=(None, "INTEGER"), name="b"), txn="bad", scn=20)])
+    res = apply_once(spark, cfg, "ap")
+    assert (res.transactions, res.errors) == (1, 1)
+    rt, _ = queue_site(cfg, QUEUE)
+    [entry] = errorq.entries(rt.store, "ap")
+    assert "key column 'id' is NULL" in entry.error_message
+    assert table_rows(spark, cfg) == [(1, "a")]
 
 
 def test_old_positions_migrate_into_watermarks(tmp_path) -> None:  # type: ignore[no-untyped-def]
@@ -146,33 +132,53 @@ def test_old_positions_migrate_into_watermarks(tmp_path) -> None:  # type: ignor
         assert conn.execute(select(watermarks.c.commit_scn)).scalar() == 77
 
 
-def test_a_crash_at_either_side_of_the_commit_applies_exactly_once(
+def _dies_at(monkeypatch, point: str) -> None:  # type: ignore[no-untyped-def]
+    def die(name: str) -> None:
+        if name == point:
+            raise SystemExit(f"killed at {name}")
+    monkeypatch.setattr("changeflow.faults.point", die)
+
+
+def test_a_crash_anywhere_around_the_commit_applies_exactly_once(
         spark, make_cfg, enqueue, monkeypatch) -> None:  # type: ignore[no-untyped-def]
-    """The crash points ``apply.before_commit`` / ``apply.after_commit`` (the chaos suite
-    arms them with CHANGEFLOW_CRASH_AT); here the run dies there in-process."""
+    """The crash points ``apply.before_commit`` (staged, nothing published),
+    ``apply.during_commit`` (tables published, positions not committed) and
+    ``apply.after_commit``; the chaos suite arms them with CHANGEFLOW_CRASH_AT."""
     cfg = make_cfg(APPLY)
     rt, q = queue_site(cfg, QUEUE)
-
-    def dies_at(point: str):  # type: ignore[no-untyped-def]
-        def die(name: str) -> None:
-            if name == point:
-                raise SystemExit(f"killed at {name}")
-        monkeypatch.setattr("changeflow.faults.point", die)
-
+    targets = targets_of(cfg, cfg.applies[0])
     enqueue(cfg, [row("INSERT", new=vals(id=1, name="a"), txn="t1", scn=10)])
-    dies_at("apply.before_commit")
+    _dies_at(monkeypatch, "apply.before_commit")
     with pytest.raises(SystemExit):
         apply_once(spark, cfg, "ap")
     monkeypatch.undo()
-    assert target_catalog(cfg, cfg.applies[0]).get("hr.emp") is None  # nothing committed
+    table = targets.get(spark, "hr.emp")
+    assert table is not None and table.snapshot is None  # created, nothing published
     assert rt.catalog.position(q, "apply:ap") == 0
     assert apply_once(spark, cfg, "ap").transactions == 1  # the re-run applies it
+    # Published, but the positions not committed: the retry must read the table as it
+    # was before (else its UPDATE, old name 'a', would meet 'b' and conflict) and must
+    # not write it again.
     enqueue(cfg, [row("UPDATE", new=vals(id=1, name="b"), old=vals(id=1, name="a"), txn="t2",
                       scn=20)])
-    dies_at("apply.after_commit")
+    _dies_at(monkeypatch, "apply.during_commit")
+    with pytest.raises(SystemExit):
+        apply_once(spark, cfg, "ap")
+    monkeypatch.undo()
+    assert table_rows(spark, cfg) == [(1, "b")]
+    assert rt.catalog.position(q, "apply:ap") == 1
+    res = apply_once(spark, cfg, "ap")
+    assert (res.transactions, res.errors, res.changes) == (1, 0, 0)
+    assert rt.catalog.position(q, "apply:ap") == 2
+    passes = [s["pass_id"] for s in snapshots(spark, targets, "hr.emp")
+              if s["on_main"] and s["pass_id"]]
+    assert len(passes) == len(set(passes)) == 2  # each pass wrote one snapshot, once
+    enqueue(cfg, [row("UPDATE", new=vals(id=1, name="c"), old=vals(id=1, name="b"), txn="t3",
+                      scn=30)])
+    _dies_at(monkeypatch, "apply.after_commit")
     with pytest.raises(SystemExit):
         apply_once(spark, cfg, "ap")
     monkeypatch.undo()
     res = apply_once(spark, cfg, "ap")  # committed with the queue position: nothing again
     assert (res.transactions, res.errors, res.superseded) == (0, 0, 0)
-    assert table_rows(spark, cfg) == [(1, "b")]
+    assert table_rows(spark, cfg) == [(1, "c")]

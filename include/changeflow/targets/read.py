@@ -1,0 +1,102 @@
+"""Reading target tables: the current state, an earlier snapshot, what each apply wrote.
+
+Any Iceberg reader reads a target table without changeflow; these helpers only name
+the catalog for it. From Spark, a table is ``cf_<site>.<owner>.<table>`` once the
+catalog is registered (:meth:`IcebergTargets.register`); from Python, PyIceberg's
+``SqlCatalog`` on the site's state store (:func:`pyiceberg_catalog`)::
+
+    from pyiceberg.catalog.sql import SqlCatalog
+    cat = SqlCatalog("cf_site2", uri="sqlite:///work/demo/site2/state.db")
+    cat.load_table("hr.employees").scan().to_arrow()
+
+Every snapshot an apply wrote carries, in its summary, the pass that wrote it
+(``changeflow.pass-id``), the apply, the queue and batch range, and the newest commit
+position per source database it applied (``changeflow.positions``):
+:func:`snapshots` lists them.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from typing import TYPE_CHECKING, Any
+
+from changeflow.errors import TargetError
+from changeflow.targets.catalog import META, IcebergTargets, rows_of
+
+if TYPE_CHECKING:
+    import pyarrow as pa
+    from pyspark.sql import DataFrame, SparkSession
+
+
+def read_table(spark: SparkSession, targets: IcebergTargets, name: str, *,
+               snapshot: int | None = None, with_meta: bool = False) -> DataFrame:
+    """The rows of a target table (at a snapshot, by default the current one).
+
+    Args:
+        with_meta: keep the bookkeeping columns (``_cf_src``, ``_cf_scn``, ``_cf_pos``,
+            ``_cf_tag``).
+
+    Raises:
+        TargetError: the table does not exist.
+    """
+    if targets.java_table(spark, name) is None:
+        raise TargetError(f"target table {name!r} does not exist in catalog {targets.name}")
+    at = f" VERSION AS OF {int(snapshot)}" if snapshot is not None else ""
+    df = spark.sql(f"SELECT * FROM {targets.ident(name)}{at}")
+    return df if with_meta else df.drop(*META)
+
+
+def snapshots(spark: SparkSession, targets: IcebergTargets, name: str) -> list[dict[str, Any]]:
+    """The snapshots of a table, oldest first, with what wrote each (apply, pass, batches,
+    positions) and the table's live rows after it.
+
+    Raises:
+        TargetError: the table does not exist.
+    """
+    jt = targets.java_table(spark, name)
+    if jt is None:
+        raise TargetError(f"target table {name!r} does not exist in catalog {targets.name}")
+    main = jt.currentSnapshot()
+    on_main: set[int] = set()
+    snap = main
+    while snap is not None:
+        on_main.add(snap.snapshotId())
+        parent = snap.parentId()
+        snap = None if parent is None else jt.snapshot(parent)
+    out = []
+    for s in sorted(jt.snapshots(), key=lambda s: s.sequenceNumber()):
+        summary = dict(s.summary())
+        out.append({
+            "table": name, "snapshot": s.snapshotId(),
+            "committed_at": dt.datetime.fromtimestamp(s.timestampMillis() / 1000, dt.UTC),
+            "operation": s.operation(), "on_main": s.snapshotId() in on_main,
+            "apply": summary.get("changeflow.apply"),
+            "pass_id": summary.get("changeflow.pass-id"),
+            "batches": summary.get("changeflow.batches"),
+            "positions": summary.get("changeflow.positions"),
+            "rows": rows_of(summary),
+        })
+    return out
+
+
+def pyiceberg_catalog(targets: IcebergTargets) -> Any:
+    """PyIceberg's ``SqlCatalog`` on the site's state store (the same catalog Spark uses)."""
+    from pyiceberg.catalog.sql import SqlCatalog
+
+    return SqlCatalog(targets.name, uri=targets.store.url, warehouse=targets.target_root)
+
+
+def read_arrow(targets: IcebergTargets, name: str, *, snapshot: int | None = None) -> pa.Table:
+    """A target table's rows as Arrow, read by PyIceberg (no Spark).
+
+    Raises:
+        TargetError: the table does not exist.
+    """
+    from pyiceberg.exceptions import NoSuchTableError
+
+    try:
+        table = pyiceberg_catalog(targets).load_table(name)
+    except NoSuchTableError as exc:
+        raise TargetError(f"target table {name!r} does not exist in catalog "
+                          f"{targets.name}") from exc
+    return table.scan(snapshot_id=snapshot).to_arrow()
