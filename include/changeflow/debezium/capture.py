@@ -23,6 +23,7 @@ import fnmatch
 import hashlib
 import logging
 import os
+import re
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -32,7 +33,8 @@ from sqlalchemy import select
 
 from changeflow import faults, fs, quality
 from changeflow.config import CaptureSpec, PipelineConfig
-from changeflow.debezium import convert, onepass, reader
+from changeflow.debezium import convert, locate, onepass, reader
+from changeflow.debezium import envelope as E
 from changeflow.debezium.config import DebeziumSource
 from changeflow.errors import ConfigError
 from changeflow.queues import arrow_io as qarrow
@@ -66,6 +68,7 @@ class DebeziumCaptureResult:
     batches: int = 0
     renumbered: bool = False
     passes: int = 0  # JSON passes over the files: 1 (typed by their first events) or more
+    skipped: dict[str, int] = field(default_factory=dict)  # records that are no change
     last_position: int | None = None
     seconds: float = 0.0
     tables: list[str] = field(default_factory=list)
@@ -186,17 +189,33 @@ def renumber(spark: SparkSession, df: DataFrame, high: int) -> DataFrame:
                            for c in df.columns])
 
 
+_VALUE_ERROR = re.compile(r"^(?P<file>.+?): (?P<label>[^:\s]+): value (?P<value>.*?)"
+                          r"(?P<rest> is not a .*)$")
+
+
+def value_error(spark: SparkSession | None, text: str) -> str | None:
+    """The message of a value error raised inside the conversion job (None: not one):
+    the file as a person names it, the line of the event, the column and the value."""
+    if convert.ERROR_PREFIX not in text:
+        return None
+    detail = text.split(convert.ERROR_PREFIX, 1)[1].split("\n", 1)[0].strip().rstrip(".")
+    m = _VALUE_ERROR.match(detail)
+    if m is None:
+        return detail
+    line = locate.value_line(spark, m["file"], m["label"], m["value"])
+    where = reader.short_name(m["file"]) + (f", line {line}" if line else "")
+    return f"{where}: {m['label']}: value {m['value']}{m['rest']}"
+
+
 def _write(spark: SparkSession, rt: SiteRuntime, queue: str, df: DataFrame, name: str,
            dedup: str, warm: bool) -> Any:
     try:
         return qio.write_batch(spark, rt.catalog, queue, df, producer=f"capture:{name}",
                                dedup_key=dedup, warm_quality=warm)
     except Exception as exc:  # noqa: BLE001  (a value error raised inside the Spark job)
-        text = str(exc)
-        if convert.ERROR_PREFIX in text:
-            detail = text.split(convert.ERROR_PREFIX, 1)[1].split("\n", 1)[0]
-            raise reader.DebeziumFileError(detail.strip().rstrip(".").removeprefix(
-                "file:").strip()) from None
+        message = value_error(spark, str(exc))
+        if message is not None:
+            raise reader.DebeziumFileError(message) from None
         raise
 
 
@@ -220,7 +239,7 @@ def _one_pass(spark: SparkSession, rt: SiteRuntime, queue: str, spec: CaptureSpe
     result.passes += 1
     events, obs = onepass.observed(reader.read_events(spark, uris, with_schemas=True),
                                    guess, source)
-    df = convert.to_lcrs(events, source, guess.tables)
+    df = convert.to_lcrs(events, source, guess.tables, by_txn=guess.by_txn)
     if rule_filter is not None:
         df = rule_filter(df)
     try:
@@ -237,6 +256,8 @@ def _one_pass(spark: SparkSession, rt: SiteRuntime, queue: str, spec: CaptureSpe
         return _MISS
     result.tables = sorted(guess.tables)
     result.events += int(seen.get("events") or 0)
+    result.skipped = {k: int(seen.get(f"skipped_{k}") or 0) for k in E.SKIPPED
+                      if seen.get(f"skipped_{k}")}
     return batch
 
 
@@ -246,11 +267,17 @@ def _two_passes(spark: SparkSession, rt: SiteRuntime, queue: str, spec: CaptureS
     """Survey every event (pass 1), then convert them (pass 2); returns the batch."""
     source = debezium_source(spec)
     groups = reader.survey(reader.read_events(spark, uris, with_schemas=True))
-    reader.check_records(groups)
-    tables = reader.column_types(groups, source)
+    where = locate.group_locator(spark)
+    reader.check_records(groups, where)
+    tables = reader.column_types(groups, source, where)
     result.tables = sorted(tables)
     result.events += sum(g.count for g in groups if g.kind == "event")
-    df = convert.to_lcrs(reader.read_events(spark, uris, with_schemas=False), source, tables)
+    for g in groups:
+        if g.kind in E.SKIPPED:
+            result.skipped[g.kind] = result.skipped.get(g.kind, 0) + g.count
+    by_txn = any(g.txn_fix for g in groups if g.kind == "event")
+    df = convert.to_lcrs(reader.read_events(spark, uris, with_schemas=False), source, tables,
+                         by_txn=by_txn)
     lows = [g.min_scn for g in groups if g.kind == "event" and g.min_scn is not None]
     if high is not None and lows and min(lows) <= high:
         log.warning("capture %s: transactions at or below the captured position %s arrived "

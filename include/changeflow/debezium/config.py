@@ -68,6 +68,10 @@ class DebeziumSource(BaseModel):
         "adaptive"
     binary_handling_mode: Literal["bytes", "base64", "base64-url-safe", "hex"] = "bytes"
     include_tagged_lcr: bool = True
+    unavailable_value_placeholder: str = Field(
+        default="__debezium_unavailable_value",
+        description="the connector's unavailable.value.placeholder: a column holding it "
+                    "(an unchanged TOASTed value) is left out of the LCR's values")
 
     def table(self, owner: str, name: str) -> DebeziumTable | None:
         """The declared table, matched case-insensitively."""

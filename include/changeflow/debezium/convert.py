@@ -34,8 +34,9 @@ from typing import TYPE_CHECKING, Any
 from changeflow import lcr
 from changeflow.debezium import envelope as E
 from changeflow.debezium import types as T
+from changeflow.debezium import unchanged as U
 from changeflow.debezium.config import DebeziumSource
-from changeflow.debezium.reader import TableTypes, native_position
+from changeflow.debezium.reader import TableTypes, first_unknown, is_snapshot, native_position
 
 if TYPE_CHECKING:
     from pyspark.sql import Column, DataFrame
@@ -192,7 +193,8 @@ def image_map(img: str, full: str, tt: TableTypes) -> str:
     (what the connector writes with schemas) is that map; a partial one (schemaless
     files, an export's key-only old values) keeps only the entries of the columns it
     holds, read from that map, so an absent column stays absent and no value is
-    decoded twice in the generated code.
+    decoded twice in the generated code. A column that held the unchanged-TOAST
+    placeholder is absent from the image already (:func:`without_unchanged`).
     """
     ref = f"`{_IMAGES[img]}`"
     entries = []
@@ -291,31 +293,128 @@ def _flat(df: DataFrame, source: DebeziumSource, tables: dict[str, TableTypes]) 
     src = e["source"]
     number = _table_number(tables)
     events = df.where(F.col("corrupt").isNull() & e["status"].isNull() & e["op"].isNotNull()
-                      & number.isNotNull())
+                      & (e["op"] != E.MESSAGE) & number.isNotNull())
     if not source.include_tagged_lcr:
         events = events.where(src["cf_tag"].isNull())
     return events.select(
         number.alias("cf_t"), e["op"].alias("cf_op"), F.col("file"),
         e["before"].alias("cf_before"), e["after"].alias("cf_after"),
         F.coalesce(src["cf_source_database"], F.lit(source.database.upper())).alias("cf_db"),
-        native_position(e).alias("cf_scn"),
-        F.coalesce(e["transaction"]["id"], src["txId"].cast("string")).alias("cf_txn0"),
+        native_position(e).alias("cf_scn"), transaction_of(e).alias("cf_txn0"),
         F.coalesce(e["transaction"]["total_order"], src["lsn"], F.lit(0)).alias("cf_position"),
         _canon(src["schema"]).alias("cf_owner"), _canon(src["table"]).alias("cf_name"),
         src["schema"].alias("cf_raw_owner"), src["table"].alias("cf_raw_name"),
         F.coalesce(F.timestamp_micros(src["ts_us"]), F.timestamp_millis(src["ts_ms"]),
                    F.timestamp_millis(e["ts_ms"])).alias("cf_time"),
         src["cf_msg_id"].alias("cf_msg_id"), src["cf_tag"].alias("cf_tag"),
+        first_unknown(e).alias("cf_first_unknown"), is_snapshot(e).alias("cf_snapshot"),
     ).withColumn("cf_txn", F.coalesce(F.col("cf_txn0"), F.concat(
         F.lit("dbz:"), F.col("cf_scn").cast("string"))))
 
 
-def to_lcrs(df: DataFrame, source: DebeziumSource, tables: dict[str, TableTypes]) -> DataFrame:
+def without_unchanged(flat: DataFrame, tables: dict[str, TableTypes], placeholder: str
+                      ) -> DataFrame:
+    """Step 1b: the row images without the columns holding the unchanged-TOAST
+    placeholder (:mod:`.unchanged`): such a column did not change, and is left out of
+    the LCR's values.
+
+    Per table, the pairs (column, placeholder as that column's codec writes it) are a
+    literal array; an image holding any form of the placeholder loses those entries
+    (``array_except`` over its entries). Lambda-free, one small generated-code unit.
+    """
+    from pyspark.sql import functions as F
+
+    def pairs(tt: TableTypes) -> str:
+        found = [f"named_struct('key', {_lit(name)}, 'value', {_lit(form)})"
+                 for name, ft in tt.columns.items()
+                 for form in U.column_forms(ft.codec, placeholder)]
+        return f"array({', '.join(found)})" if found else "NULL"
+
+    table_pairs = _per_table_sql(tables, pairs)
+    out = {}
+    for img in _IMAGES.values():
+        out[img] = F.expr(
+            f"CASE WHEN {U.holds_placeholder(f'`{img}`', placeholder)} AND "
+            f"({table_pairs}) IS NOT NULL THEN map_from_entries(array_except("
+            f"map_entries(`{img}`), {table_pairs})) ELSE `{img}` END")
+    return flat.withColumns(out)
+
+
+def transaction_of(e: Column) -> Column:
+    """The source transaction of an event (NULL: unknown).
+
+    PostgreSQL: ``source.txId``. With transaction metadata on, the connector writes
+    ``transaction.id`` as ``"<txId>:<lsn>"``, different on every event of one
+    transaction, so it is only used (up to its ``:``) when ``txId`` is missing. A
+    changeflow export: ``transaction.id``, the LCR's own transaction id.
+    """
+    from pyspark.sql import functions as F
+
+    src, given = e["source"], e["transaction"]["id"]
+    pg = F.coalesce(src["txId"].cast("string"),
+                    F.nullif(F.substring_index(given, ":", 1), F.lit("")))
+    return F.when(src["connector"] == "postgresql", pg) \
+        .otherwise(F.coalesce(given, src["txId"].cast("string")))
+
+
+def by_transaction(flat: DataFrame) -> DataFrame:
+    """One commit position and one commit time per transaction, where the events do not
+    carry them (:func:`.reader.needs_transaction`).
+
+    * events whose ``source.sequence`` lacks the last commit LSN (the first transaction
+      after the connector started: ``[null, "<lsn>"]``) take the lowest LSN of their
+      transaction's such events, instead of each its own;
+    * snapshot events take the earliest ``ts_ms`` of their transaction's snapshot events
+      (each row's is when it was read).
+
+    A window over the transaction (a shuffle): used only when some event needs it.
+    """
+    from pyspark.sql import Window
+    from pyspark.sql import functions as F
+
+    c = F.col
+    w = Window.partitionBy("cf_txn")
+    return flat.withColumns({
+        "cf_scn": F.when(c("cf_first_unknown"), F.min(F.when(c("cf_first_unknown"),
+                                                              c("cf_scn"))).over(w))
+        .otherwise(c("cf_scn")),
+        "cf_time": F.when(c("cf_snapshot"), F.min(F.when(c("cf_snapshot"), c("cf_time")))
+                          .over(w)).otherwise(c("cf_time")),
+    })
+
+
+def _old_values(tables: dict[str, TableTypes]) -> Column:
+    """The LCR's old values: the checked ``before`` map; the key alone when ``before``
+    holds nothing else (a key-only old image's fillers, :mod:`.unchanged`) or is
+    missing from an update (the key did not change)."""
+    from pyspark.sql import functions as F
+
+    c = F.col
+
+    def key_only(tt: TableTypes) -> str:
+        return U.key_only_sql("cf_old", U.canonical_types(
+            {n: ft.logical for n, ft in tt.columns.items()}),
+            [lcr.canonical_identifier(k) for k in tt.key])
+
+    filler = F.expr(_per_table_sql(tables, key_only))
+    checked = _checked("before", "cf_old", "cf_old_bad", tables)
+    return F.when(c("cf_before").isNull() & (c("cf_op") == E.Op.UPDATE.value),
+                  _per_table(tables, lambda tt: _key_of(tt, "cf_new"))) \
+        .when(c("cf_before").isNotNull() & c("cf_op").isin(E.Op.DELETE.value, E.Op.UPDATE.value)
+              & F.coalesce(filler, F.lit(False)) & c("cf_old_bad").isNull(),
+              _per_table(tables, lambda tt: _key_of(tt, "cf_old"))) \
+        .otherwise(checked)
+
+
+def to_lcrs(df: DataFrame, source: DebeziumSource, tables: dict[str, TableTypes], *,
+            by_txn: bool = False) -> DataFrame:
     """The events of the captured tables as LCRs (contract columns, in order).
 
     A pure transform of :func:`.reader.read_events`' output. Transaction metadata
-    events, tombstones and events of tables not captured are left out. A value that
-    does not decode as its column's type fails the job (:data:`ERROR_PREFIX`).
+    events, tombstones, heartbeats, logical-decoding messages and events of tables not
+    captured are left out. A value that does not decode as its column's type fails the
+    job (:data:`ERROR_PREFIX`). ``by_txn``: some events take their commit position or
+    time from their transaction (:func:`by_transaction`).
     """
     from pyspark.sql import functions as F
 
@@ -326,7 +425,11 @@ def to_lcrs(df: DataFrame, source: DebeziumSource, tables: dict[str, TableTypes]
     # one projection per step: each column is referenced more than once by the next,
     # so Spark keeps it computed once per row instead of pasting it into every use;
     # and a code-generation barrier between the steps (see codegen_barrier)
-    decimals = codegen_barrier(_with_decimals(_flat(df, source, tables), tables))
+    flat = _flat(df, source, tables)
+    if by_txn:
+        flat = by_transaction(flat)
+    flat = codegen_barrier(without_unchanged(flat, tables, source.unavailable_value_placeholder))
+    decimals = codegen_barrier(_with_decimals(flat, tables))
     fulls = codegen_barrier(decimals.select(
         "*",
         *[F.when(is_row & c(_IMAGES[img]).isNotNull(), F.expr(_per_table_sql(
@@ -342,12 +445,13 @@ def to_lcrs(df: DataFrame, source: DebeziumSource, tables: dict[str, TableTypes]
             img, built, tt))).alias(f"{built}_bad") for img, built in images]))
     command = F.expr("case cf_op " + " ".join(f"when '{o.value}' then '{o.command}'"
                                               for o in E.Op) + " end")
-    keys = _per_table(tables, lambda tt: F.array(*[F.lit(lcr.canonical_identifier(k))
-                                                   for k in tt.key]))
+    # elements nullable, as the contract's array<string>: a cast of a literal array to it
+    # is dropped by Spark's optimizer, and the batch's list elements would be `required`
+    keys = _per_table(tables, lambda tt: F.slice(F.array(
+        *[F.lit(lcr.canonical_identifier(k)) for k in tt.key], F.lit(None).cast("string")),
+        1, len(tt.key)))
     new = _checked("after", "cf_new", "cf_new_bad", tables)
-    old = F.when(c("cf_before").isNull() & (c("cf_op") == E.Op.UPDATE.value),
-                 _per_table(tables, lambda tt: _key_of(tt, "cf_new"))) \
-        .otherwise(_checked("before", "cf_old", "cf_old_bad", tables))
+    old = _old_values(tables)
     given: dict[str, Column] = {
         "msg_id": message_id(),
         "kind": F.when(is_row, "ROW").otherwise("DDL"),

@@ -12,7 +12,16 @@ either bare (``schemas.enable=false``) or wrapped as ``{"schema": ..., "payload"
 * ``ts_ms`` (and ``ts_us``/``ts_ns``): when the connector handled the event;
 * ``transaction``: ``id``, ``total_order``, ``data_collection_order`` when the connector
   provides transaction metadata; the metadata topic itself holds ``status`` BEGIN/END
-  events with ``event_count`` and ``data_collections``.
+  events with ``event_count`` and ``data_collections``. The PostgreSQL connector writes
+  ``id`` as ``"<txId>:<lsn>"`` (different on every event of a transaction): the
+  transaction is ``source.txId``.
+
+Records that are not change events, and what a capture does with them (:data:`SKIPPED`):
+a tombstone (a ``null`` value, which follows a delete for log compaction), a heartbeat
+(``{"ts_ms": ...}``), a logical-decoding message (``op`` :data:`MESSAGE`, from
+``pg_logical_emit_message``) and transaction metadata are skipped and counted. Rows
+flattened by the ``ExtractNewRecordState`` transform (a row plus :data:`DELETED`) carry
+no position or transaction and are refused.
 
 changeflow's LCRs map onto it one to one (``docs/debezium.md``):
 
@@ -39,6 +48,16 @@ SCHEMA, PAYLOAD = "schema", "payload"
 # Transaction metadata events (the connector's ``<prefix>.transaction`` topic).
 STATUS, EVENT_COUNT, DATA_COLLECTIONS = "status", "event_count", "data_collections"
 BEGIN, END = "BEGIN", "END"
+#: The op of a logical-decoding message event (not a table change: skipped).
+MESSAGE = "m"
+#: The field ``ExtractNewRecordState`` adds to a flattened row (and ``__op``).
+DELETED, FLAT_OP = "__deleted", "__op"
+#: What the PostgreSQL connector writes for an unchanged TOASTed value
+#: (``unavailable.value.placeholder``): the column did not change.
+UNAVAILABLE = "__debezium_unavailable_value"
+#: Record kinds a capture skips (counted), as :func:`changeflow.debezium.reader.event_kind`
+#: names them.
+SKIPPED = ("txmeta", "tombstone", "heartbeat", "message")
 
 #: The ``source`` block: the PostgreSQL connector's fields, plus changeflow's own
 #: (``cf_*``), which carry what an LCR holds and Debezium has no field for. Readers

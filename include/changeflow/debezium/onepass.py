@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import re
 import uuid
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
@@ -40,6 +41,7 @@ class Guess:
     tables: dict[str, reader.TableTypes]
     schemas: dict[str, set[str]] = field(default_factory=dict)  # table -> schema texts
     key_texts: dict[str, str | None] = field(default_factory=dict)  # undeclared keys
+    by_txn: bool = False  # some event takes its position or time from its transaction
 
 
 def heads(uris: list[str], limit: int = HEAD_FILES) -> list[str]:
@@ -113,10 +115,19 @@ def head_groups(lines: list[tuple[str, str]]) -> list[reader.SurveyGroup]:
             "event", src.get("connector"), src.get("schema"), src["table"], op,
             reader.after_fields(text), sorted(image), sorted({*images["before"],
                                                                *images["after"]}),
-            src.get("cf_key_columns"), 1, uri, op, None, text))
+            src.get("cf_key_columns"), 1, uri, op, None, text, _needs_transaction(src)))
         if len(texts) > 1:
             out.append(dataclasses.replace(out[-1], schema_text=texts[1]))
     return out
+
+
+def _needs_transaction(src: dict[str, Any]) -> bool:
+    """:func:`.reader.needs_transaction`, in Python, for one event's ``source`` block."""
+    seq = src.get("sequence")
+    unknown = src.get("connector") == "postgresql" and isinstance(seq, str) \
+        and re.match(r"^\[\s*null\s*,", seq) is not None
+    snap = src.get("snapshot")
+    return unknown or (snap is not None and str(snap).lower() not in ("false", ""))
 
 
 def _schema_texts(line: str, obj: dict[str, Any]) -> list[str]:
@@ -167,7 +178,7 @@ def guess_from(groups: list[reader.SurveyGroup], source: DebeziumSource) -> Gues
         return None
     if not tables or any(not tt.key for tt in tables.values()):
         return None
-    out = Guess(tables)
+    out = Guess(tables, by_txn=any(g.txn_fix for g in groups))
     for g in groups:
         label = f"{g.owner}.{g.table}"
         if label not in tables:
@@ -223,8 +234,10 @@ def observed(df: DataFrame, g: Guess, source: DebeziumSource
              ) -> tuple[DataFrame, Observation]:
     """``df`` (:func:`.reader.read_events` with schemas) with its events' checks observed.
 
-    The observation's ``misses`` counts the records the guess does not describe,
-    ``events`` the change events, ``min_scn`` their lowest commit position.
+    The observation's ``misses`` counts the records the guess does not describe (and
+    events that need their transaction's position or time when the guess did not plan
+    for it), ``events`` the change events, ``min_scn`` their lowest commit position,
+    ``skipped_<kind>`` the records of each kind a capture skips.
     """
     from pyspark.sql import Observation
     from pyspark.sql import functions as F
@@ -246,11 +259,14 @@ def observed(df: DataFrame, g: Guess, source: DebeziumSource
     # guess does not know, a miss
     other = ~declared if source.tables else F.lit(False)
     event_ok = src["connector"].isin(*E.CONNECTORS) & table.otherwise(other)
-    ok = F.when(kind.isin("txmeta", "tombstone"), True) \
+    if not g.by_txn:
+        event_ok = event_ok & ~reader.needs_transaction(e)
+    ok = F.when(kind.isin(*E.SKIPPED), True) \
         .when(kind == "event", F.coalesce(event_ok, F.lit(False))).otherwise(False)
     obs = Observation(f"dbz_{uuid.uuid4().hex}")
     is_event = kind == "event"
     return df.observe(obs, F.sum(F.when(ok, 0).otherwise(1)).alias("misses"),
                       F.sum(F.when(is_event, 1).otherwise(0)).alias("events"),
-                      F.min(F.when(is_event, reader.native_position(e))).alias("min_scn")
-                      ), obs
+                      F.min(F.when(is_event, reader.native_position(e))).alias("min_scn"),
+                      *[F.sum((kind == k).cast("int")).alias(f"skipped_{k}")
+                        for k in E.SKIPPED]), obs

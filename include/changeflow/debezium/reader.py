@@ -16,8 +16,10 @@ read schema serves every table and a column that is absent stays absent.
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
+from urllib.parse import unquote
 
 from changeflow.debezium import envelope as E
 from changeflow.debezium import types as T
@@ -39,9 +41,9 @@ _ENV_FIELDS = (
     f"`source` struct<{_SOURCE.replace(' bigint', ':bigint').replace(' string', ':string')}>, "
     "`ts_ms` bigint, "
     "`transaction` struct<`id`:string,`total_order`:bigint,`data_collection_order`:bigint>, "
-    "`status` string, `id` string, `event_count` bigint")
+    "`status` string, `id` string, `event_count` bigint, `__deleted` string, `__op` string")
 ENV_NAMES = ("before", "after", "op", "source", "ts_ms", "transaction", "status", "id",
-             "event_count")
+             "event_count", E.DELETED, E.FLAT_OP)
 CORRUPT = "_corrupt_record"
 
 
@@ -128,18 +130,34 @@ class SurveyGroup:
     sample: str | None
     min_scn: int | None = None
     schema_text: str | None = None  # the events' ``schema`` block, as compact JSON text
+    txn_fix: bool = False  # some event needs its transaction's position or time
+
+
+#: Finds the line of a group's first record in its file (None: not found), for errors.
+Locator = Callable[[SurveyGroup], "int | None"]
 
 
 def event_kind() -> Column:
-    """What a record of :func:`read_events` is: ``event``, ``txmeta``, ``tombstone``, or
-    what is wrong with it (``corrupt``, ``no_op``, ``bad_op``, ``no_table``)."""
+    """What a record of :func:`read_events` is: ``event``; one a capture skips
+    (:data:`.envelope.SKIPPED`: ``txmeta``, ``tombstone``, ``heartbeat``, ``message``);
+    or what is wrong with it (``corrupt``, ``flattened``, ``not_event``, ``no_op``,
+    ``bad_op``, ``no_table``).
+
+    A tombstone is a ``null`` line (what ``kafka-console-consumer`` prints for one), a
+    heartbeat an object holding only ``ts_ms``; an object with none of the envelope's
+    fields is not an event (a row flattened without ``__deleted``, say).
+    """
     from pyspark.sql import functions as F
 
     e, op = F.col("e"), F.col("e")["op"]
-    return (F.when(F.col("corrupt").isNotNull(), "corrupt")
+    bare = op.isNull() & e["source"].isNull() & e["before"].isNull() & e["after"].isNull()
+    return (F.when(F.col("corrupt").isNotNull(),
+                   F.when(F.trim(F.col("corrupt")) == "null", "tombstone").otherwise("corrupt"))
             .when(e["status"].isNotNull(), "txmeta")
-            .when(op.isNull() & e["source"].isNull() & e["before"].isNull()
-                  & e["after"].isNull(), "tombstone")
+            .when(e[E.DELETED].isNotNull() | e[E.FLAT_OP].isNotNull(), "flattened")
+            .when(bare & e["ts_ms"].isNotNull() & e["transaction"].isNull(), "heartbeat")
+            .when(bare, "not_event")
+            .when(op == E.MESSAGE, "message")
             .when(op.isNull(), "no_op")
             .when(~op.isin(*[o.value for o in E.Op]), "bad_op")
             .when(e["source"]["table"].isNull(), "no_table")
@@ -166,13 +184,14 @@ def survey(df: DataFrame) -> list[SurveyGroup]:
         e["source"]["cf_key_columns"].alias("key_columns"), F.col("file"),
         F.when(kind == "event", native_position(e)).alias("scn"),
         F.coalesce(F.col("corrupt"), op).alias("sample"),
+        ((kind == "event") & needs_transaction(e)).alias("fix"),
     ).groupBy("kind", "connector", "owner", "tbl", "op", "sig", "image_keys", "all_keys") \
         .agg(F.count(F.lit(1)).alias("n"), F.first("file").alias("file"),
              F.first("sample").alias("sample"), F.max("key_columns").alias("key_columns"),
-             F.min("scn").alias("min_scn"))
+             F.min("scn").alias("min_scn"), F.max("fix").alias("fix"))
     return [SurveyGroup(r.kind, r.connector, r.owner, r.tbl, r.op, after_fields(r.sig),
                         list(r.image_keys), list(r.all_keys), r.key_columns, int(r.n), r.file,
-                        r.sample, r.min_scn, r.sig) for r in rows.collect()]
+                        r.sample, r.min_scn, r.sig, bool(r.fix)) for r in rows.collect()]
 
 
 @dataclass
@@ -189,15 +208,29 @@ class TableTypes:
         return f"{self.owner}.{self.table}"
 
 
-def check_records(groups: list[SurveyGroup]) -> None:
-    """Refuse bad records, naming the file.
+def check_records(groups: list[SurveyGroup], locate: Locator | None = None) -> None:
+    """Refuse bad records, naming the file (and, with ``locate``, the line).
 
     Raises:
         DebeziumFileError: a record that is not JSON, lacks ``op``, has an unknown op or
-            names no table; an event of a connector changeflow does not read.
+            names no table; a flattened row or an object that is no change event; an
+            event of a connector changeflow does not read.
     """
     for g in groups:
-        where = _short(g.file)
+        if g.kind in E.SKIPPED or (g.kind == "event" and g.connector in E.CONNECTORS):
+            continue
+        where = where_of(g, locate)
+        if g.kind == "flattened":
+            raise DebeziumFileError(
+                f"{where}: {g.count} records are rows flattened by Debezium's "
+                "ExtractNewRecordState transform (a row plus '__deleted'), not change events: "
+                "they carry no log position or transaction, so changeflow cannot order or "
+                "group them; capture the connector's change events (without that transform)")
+        if g.kind == "not_event":
+            raise DebeziumFileError(
+                f"{where}: {g.count} records are not Debezium change events (none of op, "
+                "source, before, after): rows flattened by a transform, or another topic's "
+                "records; capture the connector's change events")
         if g.kind == "corrupt":
             raise DebeziumFileError(
                 f"{where}: not a JSON change event ({g.count} such lines), e.g. "
@@ -218,11 +251,23 @@ def check_records(groups: list[SurveyGroup]) -> None:
                 "to order transactions")
 
 
-def _short(file: str) -> str:
-    return file.removeprefix("file://")
+def short_name(file: str) -> str:
+    """A file as a person names it: no ``file://``, no URL encoding (``%20``).
+
+    >>> short_name("file:///data/my%20topics/t+0+0000000000.json")
+    '/data/my topics/t+0+0000000000.json'
+    """
+    return unquote(file.removeprefix("file://"))
 
 
-def column_types(groups: list[SurveyGroup], source: DebeziumSource) -> dict[str, TableTypes]:
+def where_of(g: SurveyGroup, locate: Locator | None) -> str:
+    """``<file>`` or ``<file>, line <n>`` of a group's first record."""
+    line = locate(g) if locate is not None else None
+    return short_name(g.file) + (f", line {line}" if line else "")
+
+
+def column_types(groups: list[SurveyGroup], source: DebeziumSource,
+                 locate: Locator | None = None) -> dict[str, TableTypes]:
     """Each captured table's key and column types, checked against every event.
 
     Raises:
@@ -239,17 +284,17 @@ def column_types(groups: list[SurveyGroup], source: DebeziumSource) -> dict[str,
         tt = out.get(f"{g.owner}.{g.table}")
         if tt is None:
             tt = out[f"{g.owner}.{g.table}"] = TableTypes(g.owner, g.table,
-                                                          _key(g, declared, source))
+                                                          _key(g, declared, locate))
             if declared is not None:
                 tt.columns.update(_declared(declared, source))
         if g.signature:
             _merge_schema(tt, json.loads(g.signature) or [], declared is not None
-                          and bool(declared.columns), g)
-        _check_image(tt, g)
+                          and bool(declared.columns), g, locate)
+        _check_image(tt, g, locate)
     return out
 
 
-def _key(g: SurveyGroup, declared: Any, source: DebeziumSource) -> list[str]:
+def _key(g: SurveyGroup, declared: Any, locate: Locator | None) -> list[str]:
     if declared is not None and declared.key:
         return list(declared.key)
     if g.key_columns and json.loads(g.key_columns):
@@ -257,7 +302,7 @@ def _key(g: SurveyGroup, declared: Any, source: DebeziumSource) -> list[str]:
     if g.op == E.Op.TRUNCATE.value:
         return []
     raise DebeziumFileError(
-        f"{_short(g.file)}: table {g.owner}.{g.table} has no key: Debezium events do not "
+        f"{where_of(g, locate)}: table {g.owner}.{g.table} has no key: Debezium events do not "
         f"carry it; declare it in the capture's source (tables: [{{name: {g.owner}."
         f"{g.table}, key: [...]}}])")
 
@@ -271,25 +316,29 @@ def _declared(declared: Any, source: DebeziumSource) -> dict[str, T.FieldType]:
 
 
 def _merge_schema(tt: TableTypes, fields: list[dict[str, Any]], checked: bool,
-                  g: SurveyGroup) -> None:
+                  g: SurveyGroup, locate: Locator | None) -> None:
     for f in fields:
         name = f["field"]
         ft = T.from_schema(f, where=f"{tt.label}.{name}")
         have = tt.columns.get(name)
         if have is None and checked:
             raise DebeziumFileError(
-                f"{_short(g.file)}: the events' schema of {tt.label} has column {name!r}, "
+                f"{where_of(g, locate)}: the events' schema of {tt.label} has column {name!r}, "
                 f"which the declared table does not have")
         if have is not None and have.logical != ft.logical:
             raise DebeziumFileError(
-                f"{_short(g.file)}: column {tt.label}.{name} is {ft.logical} in the events' "
+                f"{where_of(g, locate)}: column {tt.label}.{name} is {ft.logical} in the events' "
                 f"schema but {have.logical} in the declared table (or an earlier schema)")
         if have is None or have.codec != ft.codec:
             tt.columns[name] = ft
 
 
-def _check_image(tt: TableTypes, g: SurveyGroup) -> None:
-    where = _short(g.file)
+def _check_image(tt: TableTypes, g: SurveyGroup, locate: Locator | None) -> None:
+    if not tt.columns or any(k not in tt.columns for k in g.all_keys) or (
+            E.Op.of(g.op).key_image is not None and any(k not in g.image_keys for k in tt.key)):
+        where = where_of(g, locate)
+    else:
+        return
     if not tt.columns:
         raise DebeziumFileError(
             f"{where}: events of {tt.label} carry no schema and the capture declares no "
@@ -332,3 +381,38 @@ def native_position(e: Column) -> Column:
     last_commit = F.coalesce(written, F.get_json_object(seq, "$[0]").try_cast("bigint"))
     return F.when(src["connector"] == "postgresql",
                   F.coalesce(last_commit, src["lsn"])).otherwise(src["lsn"])
+
+
+#: ``source.sequence`` whose first element (the last commit LSN) is null: the connector
+#: did not know it (the first transaction after it started, a snapshot)
+_FIRST_UNKNOWN = r'^\[\s*null\s*,'
+#: ``source.snapshot`` of events that are not part of a snapshot
+_NOT_SNAPSHOT = ("false", "")
+
+
+def first_unknown(e: Column) -> Column:
+    """A PostgreSQL event whose ``source.sequence`` lacks the last commit LSN.
+
+    Each event of such a transaction then has only its own ``lsn``; the transaction's
+    commit position is the lowest of them (:func:`changeflow.debezium.convert.by_transaction`),
+    still below the next transaction's, whose last commit LSN is at least this one's commit.
+    """
+    from pyspark.sql import functions as F
+
+    src = e["source"]
+    return F.coalesce((src["connector"] == "postgresql")
+                      & src["sequence"].rlike(_FIRST_UNKNOWN), F.lit(False))
+
+
+def is_snapshot(e: Column) -> Column:
+    """An event read by a snapshot (``source.snapshot`` true, first, last, ...): its
+    ``ts_ms`` is when the row was read, different for each row of one transaction."""
+    from pyspark.sql import functions as F
+
+    snap = F.lower(e["source"]["snapshot"])
+    return F.coalesce(~snap.isin(*_NOT_SNAPSHOT), F.lit(False))
+
+
+def needs_transaction(e: Column) -> Column:
+    """An event whose commit position or time comes from its whole transaction."""
+    return first_unknown(e) | is_snapshot(e)

@@ -55,7 +55,9 @@ class FieldType:
         """The Kafka Connect field schema an export declares for this type."""
         table: dict[str, dict[str, Any]] = {
             "int": {"type": "int64"}, "bool": {"type": "boolean"},
-            "double": {"type": "float64"}, "string": {"type": "string"},
+            # Kafka Connect's JsonConverter names 64-bit floats "double" ("float64" is
+            # the Avro/Connect Schema.Type name it does not read)
+            "double": {"type": "double"}, "string": {"type": "string"},
             "bytes": {"type": "bytes"},
             "decimal": {"type": "bytes", "name": "org.apache.kafka.connect.data.Decimal",
                         "version": 1, "parameters": {"scale": str(self.scale),
@@ -92,7 +94,8 @@ _UNSUPPORTED_NAMES = ("io.debezium.time.Time", "io.debezium.time.MicroTime",
                       "io.debezium.time.Interval")
 _PLAIN = {"int8": ("INTEGER", "int"), "int16": ("INTEGER", "int"), "int32": ("INTEGER", "int"),
           "int64": ("INTEGER", "int"), "float32": ("BINARY_DOUBLE", "double"),
-          "float64": ("BINARY_DOUBLE", "double"), "boolean": ("BOOLEAN", "bool"),
+          "float64": ("BINARY_DOUBLE", "double"), "float": ("BINARY_DOUBLE", "double"),
+          "double": ("BINARY_DOUBLE", "double"), "boolean": ("BOOLEAN", "bool"),
           "string": ("VARCHAR2", "string"), "bytes": ("RAW", "bytes")}
 
 

@@ -18,6 +18,7 @@ from changeflow.queues.catalog import Batch, NewBatch, QueueCatalog
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
+    from pyspark.sql.types import DataType
 
 
 def conform(df: DataFrame, *, origin: str | None = None) -> DataFrame:
@@ -72,7 +73,11 @@ def write_batch(
         from changeflow.quality.validator import warm_up
 
         warm_up()
-    observed.write.mode("errorifexists").parquet(path)
+    try:
+        observed.write.mode("errorifexists").parquet(path)
+    except BaseException:
+        fs.delete(spark, path)  # a failed write leaves no batch directory behind
+        raise
     stats = obs.get
     if not stats.get("n"):
         fs.delete(spark, path)
@@ -156,7 +161,34 @@ def _check_with_spark(spark: SparkSession, b: Batch) -> None:
         raise QueueDataError(
             f"batch {b.seq} of queue {b.queue}: cannot read Parquet at {b.path}: "
             f"{_first_line(exc)}") from exc
-    lcr.check_schema(found, path=b.path)
+    lcr.check_schema(as_nullable_as(found, lcr.spark_schema()), path=b.path)
+
+
+def as_nullable_as(found: DataType, contract: DataType) -> DataType:
+    """``found`` with the nullability of ``contract`` wherever the contract allows NULL.
+
+    A batch whose list elements, map values or struct fields are written non-nullable
+    (Spark drops a cast that only makes an array's elements nullable, so a column of
+    literal arrays, ``key_columns``, is written ``required``) holds values the contract
+    allows, and Spark reads it with the contract's schema: it is not refused. Types are
+    not changed, and a field the contract requires stays as the file has it.
+    """
+    from pyspark.sql import types as T
+
+    if isinstance(found, T.ArrayType) and isinstance(contract, T.ArrayType):
+        return T.ArrayType(as_nullable_as(found.elementType, contract.elementType),
+                           found.containsNull or contract.containsNull)
+    if isinstance(found, T.MapType) and isinstance(contract, T.MapType):
+        return T.MapType(as_nullable_as(found.keyType, contract.keyType),
+                         as_nullable_as(found.valueType, contract.valueType),
+                         found.valueContainsNull or contract.valueContainsNull)
+    if isinstance(found, T.StructType) and isinstance(contract, T.StructType):
+        want = {f.name: f for f in contract.fields}
+        return T.StructType([
+            T.StructField(f.name, as_nullable_as(f.dataType, want[f.name].dataType),
+                          f.nullable or want[f.name].nullable, f.metadata)
+            if f.name in want else f for f in found.fields])
+    return found
 
 
 def _check_with_arrow(batches: list[Batch]) -> list[str] | None:
@@ -197,7 +229,8 @@ def _check_one(b: Batch, handle: tuple[object, str]) -> list[str]:
         raise QueueDataError(
             f"batch {b.seq} of queue {b.queue}: cannot read Parquet at {b.path}: "
             f"{_first_line(exc)}") from exc
-    lcr.check_schema(from_arrow_schema(arrow, prefer_timestamp_ntz=True), path=b.path)
+    found = from_arrow_schema(arrow, prefer_timestamp_ntz=True)
+    lcr.check_schema(as_nullable_as(found, lcr.spark_schema()), path=b.path)
     prefix = b.path[: len(b.path) - len(inner)] if b.path.endswith(inner) else ""
     return [prefix + p if prefix else p for p in data]
 
