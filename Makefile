@@ -12,7 +12,7 @@ PYTHON ?= python3
 
 ## setup: system packages, the virtualenv with pinned requirements, the package itself,
 ## and the JVM jars (jvm/*/pom.xml) copied from Maven Central into jars/ (git-ignored)
-JAR_SETS := spark
+JAR_SETS := spark kafka
 JAR_STAMPS := $(foreach s,$(JAR_SETS),$(ROOT)/jars/$(s)/.fetched)
 setup: $(STAMP) $(JAR_STAMPS)
 
@@ -69,6 +69,12 @@ bench: setup
 ## chaos: the long chaos suite (50+ kills, concurrent runs, outages, pgbench); chaos-results.json
 chaos: setup
 	$(ENV) $(PY) -m changeflow.testing.chaos --postgres $(CHAOS_ARGS)
+
+## kafka: a Kafka broker (KRaft) and Kafka Connect with Debezium's PostgreSQL connector on
+## free loopback ports, until Ctrl-C (docs/debezium.md#a-real-kafka)
+.PHONY: kafka
+kafka: setup
+	$(ENV) $(PY) -m changeflow.testing.kafka
 
 ## airflow: Airflow standalone (scheduler, API server, UI on localhost:8080)
 airflow: setup
