@@ -13,4 +13,5 @@ from changeflow.cli import queues as _queues  # noqa: F401
 from changeflow.cli import rules as _rules  # noqa: F401
 from changeflow.cli import schedules as _schedules  # noqa: F401
 from changeflow.cli import serve as _serve  # noqa: F401
+from changeflow.cli import targets as _targets  # noqa: F401
 from changeflow.cli import views as _views  # noqa: F401

@@ -16,7 +16,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from changeflow.views import captures, flows, lag, messages, queues, rules, runs
+from changeflow.views import captures, flows, lag, messages, queues, rules, runs, targets
 from changeflow.views.common import UnknownComponentError
 
 
@@ -55,6 +55,10 @@ VIEWS: dict[str, View] = {v.name: v for v in (
          "component"),
     View("user-queues", messages.user_queues, "User-message queues", "DBA_QUEUES, AQ$<queue>",
          messages.USER_QUEUE_COLUMNS, "queue"),
+    View("targets", targets.targets, "Apply target tables (Iceberg)",
+         "DBA_APPLY_INSTANTIATED_OBJECTS", targets.TABLE_COLUMNS, "apply"),
+    View("target-snapshots", targets.snapshots, "Target snapshots and the passes that wrote "
+         "them", "Iceberg <table>.snapshots", targets.SNAPSHOT_COLUMNS, "apply"),
     View("listeners", messages.listeners, "Meta Change Queue listeners", "MCQ status (seed 004)",
          messages.LISTENER_COLUMNS, "listener"),
 )}

@@ -1,0 +1,108 @@
+"""Target tables and the snapshots each apply wrote (``DBA_APPLY`` has no such view: these
+are Iceberg's own ``snapshots`` metadata, read with PyIceberg, no Spark needed).
+
+Every snapshot an apply writes carries the pass that wrote it: the queue's batch range,
+the newest commit position per source database applied (``changeflow.positions``) and
+the pass id (:mod:`changeflow.targets.commit`).
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from typing import Any
+
+from changeflow.config import ApplySpec, PipelineConfig
+from changeflow.sites import queue_site
+from changeflow.targets.catalog import IcebergTargets, rows_of
+from changeflow.targets.read import pyiceberg_catalog
+from changeflow.views.common import check_component
+
+TABLE_COLUMNS = (
+    ("apply", "text"), ("table", "text"), ("rows", "count"), ("snapshots", "count"),
+    ("data_files", "count", "data files"), ("delete_files", "count", "delete files"),
+    ("last_positions", "text", "applied up to"), ("last_commit", "time", "last commit"))
+SNAPSHOT_COLUMNS = (
+    ("table", "text"), ("snapshot", "text"), ("committed_at", "time", "committed"),
+    ("operation", "text"), ("batches", "text"), ("positions", "text", "applied up to"),
+    ("rows", "count"), ("pass_id", "text", "pass"))
+
+
+def _targets(cfg: PipelineConfig, spec: ApplySpec) -> IcebergTargets:
+    rt, _ = queue_site(cfg, spec.queue)
+    return IcebergTargets(rt.name, rt.store, rt.spec.target_root,
+                          format_version=spec.iceberg.format_version)
+
+
+def _applies(cfg: PipelineConfig, component: str | None) -> list[ApplySpec]:
+    check_component(cfg, "apply", component)
+    return [a for a in cfg.applies if a.target is None and component in (None, a.name)]
+
+
+def _snapshots(table: Any, name: str) -> list[dict[str, Any]]:
+    """A PyIceberg table's snapshots on ``main``, oldest first."""
+    meta = table.metadata
+    current = meta.current_snapshot_id
+    by_id = {s.snapshot_id: s for s in meta.snapshots}
+    chain = []
+    while current is not None and current in by_id:
+        chain.append(by_id[current])
+        current = by_id[current].parent_snapshot_id
+    out = []
+    for s in reversed(chain):
+        summary = dict(s.summary.additional_properties) if s.summary else {}
+        out.append({
+            "table": name, "snapshot": str(s.snapshot_id),
+            "committed_at": dt.datetime.fromtimestamp(s.timestamp_ms / 1000, dt.UTC),
+            "operation": s.summary.operation.value if s.summary else None,
+            "batches": summary.get("changeflow.batches"),
+            "positions": summary.get("changeflow.positions"),
+            "rows": rows_of(summary), "pass_id": summary.get("changeflow.pass-id"),
+            "apply": summary.get("changeflow.apply")})
+    return out
+
+
+def snapshots(cfg: PipelineConfig, component: str | None = None) -> list[dict[str, Any]]:
+    """Every snapshot on ``main`` of every target table of the pipeline's applies.
+
+    Raises:
+        UnknownComponentError: ``component`` is not an apply of the pipeline.
+    """
+    out: list[dict[str, Any]] = []
+    for spec in _applies(cfg, component):
+        catalog = pyiceberg_catalog(_targets(cfg, spec))
+        for ns in catalog.list_namespaces():
+            for ident in catalog.list_tables(ns):
+                name = ".".join(ident)
+                out += [{**s, "apply": s["apply"] or spec.name}
+                        for s in _snapshots(catalog.load_table(ident), name)]
+    return out
+
+
+def targets(cfg: PipelineConfig, component: str | None = None) -> list[dict[str, Any]]:
+    """One row per target table: rows, snapshots, files, and how far it is applied.
+
+    Raises:
+        UnknownComponentError: ``component`` is not an apply of the pipeline.
+    """
+    rows: dict[tuple[str, str], dict[str, Any]] = {}
+    for spec in _applies(cfg, component):
+        catalog = pyiceberg_catalog(_targets(cfg, spec))
+        for ns in catalog.list_namespaces():
+            for ident in catalog.list_tables(ns):
+                name = ".".join(ident)
+                snaps = _snapshots(catalog.load_table(ident), name)
+                last = snaps[-1] if snaps else {}
+                summary = {}
+                table = catalog.load_table(ident)
+                if table.metadata.current_snapshot() is not None:
+                    cur = table.metadata.current_snapshot()
+                    summary = dict(cur.summary.additional_properties) if cur.summary else {}
+                applied = [s for s in snaps if s["positions"]]
+                rows[(spec.name, name)] = {
+                    "apply": spec.name, "table": name, "rows": rows_of(summary),
+                    "snapshots": len(snaps),
+                    "data_files": int(summary.get("total-data-files", 0)),
+                    "delete_files": int(summary.get("total-delete-files", 0)),
+                    "last_positions": applied[-1]["positions"] if applied else None,
+                    "last_commit": last.get("committed_at")}
+    return [rows[k] for k in sorted(rows)]
