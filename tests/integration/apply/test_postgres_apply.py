@@ -20,12 +20,12 @@ from changeflow.apply.engine import apply_once, targets_of
 from changeflow.apply.errorq import ErrorNotFoundError
 from changeflow.apply.postgres import apply_pg_once
 from changeflow.apply.reexec import execute_errors
-from changeflow.targets.read import read_table
 from changeflow.capture.postgres import run_pg_capture
 from changeflow.config import load_config
 from changeflow.errors import ConfigError
 from changeflow.queues import arrow_io
 from changeflow.sites import open_pipeline, queue_site
+from changeflow.targets.read import read_table
 from changeflow.testing.pg_cluster import PG_BIN, PgCluster
 
 pytestmark = pytest.mark.postgres
