@@ -27,7 +27,7 @@ from changeflow.apply.config import (
     HandlerConfig,
     PositionPolicy,
 )
-from changeflow.debezium.config import DebeziumSource
+from changeflow.debezium.config import DebeziumSource, KafkaSource
 from changeflow.errors import ConfigError
 from changeflow.idap.config import IdapConfig
 from changeflow.mcq.config import McqConfig
@@ -164,7 +164,7 @@ class CaptureSpec(_Model):
 
     name: str
     queue: str
-    source: Annotated[SnapshotSource | PostgresSource | DebeziumSource,
+    source: Annotated[SnapshotSource | PostgresSource | DebeziumSource | KafkaSource,
                      Field(discriminator="type")]
     rule_sets: RuleSetRef = RuleSetRef()
 

@@ -53,6 +53,10 @@ def run_component(spark: SparkSession, cfg: PipelineConfig, kind: str, name: str
             from changeflow.debezium.capture import run_debezium_capture
 
             return run_debezium_capture(spark, cfg, name, rule_filter, lease_wait=lease_wait)
+        if spec.source.type == "kafka":
+            from changeflow.debezium.kafka import run_kafka_capture
+
+            return run_kafka_capture(spark, cfg, name, rule_filter, lease_wait=lease_wait)
         if spec.source.type == "postgres":
             from changeflow.capture.postgres import run_pg_capture
 

@@ -77,3 +77,36 @@ class DebeziumSource(BaseModel):
         """The declared table, matched case-insensitively."""
         wanted = f"{owner}.{name}".lower()
         return next((t for t in self.tables if t.name.lower() == wanted), None)
+
+
+class KafkaSource(BaseModel):
+    """Debezium change events in Kafka topics (``source: {type: kafka, ...}``).
+
+    Read with Spark's Kafka source, JSON with or without schemas, exactly once: the
+    offsets read are committed with the queue batch (``docs/debezium.md``). ``tables``
+    and the ``*_mode`` options are a ``debezium`` source's.
+    """
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    type: Literal["kafka"]
+    database: str = Field(description="global name of the source database, e.g. PG1.EXAMPLE.COM")
+    bootstrap_servers: str
+    topics: list[str] = Field(min_length=1, description="the tables' topics (and, for "
+                              "counting only, the transaction metadata topic)")
+    options: dict[str, str] = Field(default={}, description="Kafka consumer properties "
+                                    "(security.protocol, sasl.*), without the kafka. prefix")
+    tables: list[DebeziumTable] = []
+    decimal_handling_mode: Literal["precise", "double", "string"] = "precise"
+    time_precision_mode: Literal["adaptive", "adaptive_time_microseconds", "connect"] = \
+        "adaptive"
+    binary_handling_mode: Literal["bytes", "base64", "base64-url-safe", "hex"] = "bytes"
+    include_tagged_lcr: bool = True
+    unavailable_value_placeholder: str = "__debezium_unavailable_value"
+
+    def as_events(self) -> DebeziumSource:
+        """The same tables and options as a ``debezium`` source: how the events read
+        from the topics are typed and converted."""
+        fields = self.model_dump(exclude={"type", "bootstrap_servers", "topics", "options"})
+        return DebeziumSource(type="debezium", root=f"kafka://{self.bootstrap_servers}",
+                              **fields)

@@ -18,7 +18,7 @@ from changeflow.queues.catalog import Batch, NewBatch, QueueCatalog
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
-    from pyspark.sql.types import DataType
+    from pyspark.sql.types import DataType, StructType
 
 
 def conform(df: DataFrame, *, origin: str | None = None) -> DataFrame:
@@ -161,7 +161,14 @@ def _check_with_spark(spark: SparkSession, b: Batch) -> None:
         raise QueueDataError(
             f"batch {b.seq} of queue {b.queue}: cannot read Parquet at {b.path}: "
             f"{_first_line(exc)}") from exc
-    lcr.check_schema(as_nullable_as(found, lcr.spark_schema()), path=b.path)
+    lcr.check_schema(_readable(found), path=b.path)
+
+
+def _readable(found: StructType) -> StructType:
+    """A batch's schema as the contract reads it (:func:`as_nullable_as`)."""
+    widened = as_nullable_as(found, lcr.spark_schema())
+    assert isinstance(widened, type(found))
+    return widened
 
 
 def as_nullable_as(found: DataType, contract: DataType) -> DataType:
@@ -230,7 +237,7 @@ def _check_one(b: Batch, handle: tuple[object, str]) -> list[str]:
             f"batch {b.seq} of queue {b.queue}: cannot read Parquet at {b.path}: "
             f"{_first_line(exc)}") from exc
     found = from_arrow_schema(arrow, prefer_timestamp_ntz=True)
-    lcr.check_schema(as_nullable_as(found, lcr.spark_schema()), path=b.path)
+    lcr.check_schema(_readable(found), path=b.path)
     prefix = b.path[: len(b.path) - len(inner)] if b.path.endswith(inner) else ""
     return [prefix + p if prefix else p for p in data]
 

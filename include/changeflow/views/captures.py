@@ -111,7 +111,9 @@ def captures(cfg: PipelineConfig, component: str | None = None, *,
             rows = c.execute(select(CP).where(CP.c.capture == spec.name)).all()
         position, when = _position(spec.source.type, rows)
         src = spec.source
-        where = f"slot {src.slot}" if src.type == "postgres" else src.root
+        where = (f"slot {src.slot}" if src.type == "postgres" else
+                 f"{src.bootstrap_servers} {','.join(src.topics)}" if src.type == "kafka"
+                 else src.root)
         run = runs.get(spec.name)
         out.append({
             "capture": spec.name, "source_type": src.type, "source": f"{src.database}: {where}",

@@ -1,0 +1,199 @@
+"""PostgreSQL → Debezium's PostgreSQL connector in Kafka Connect → Kafka → changeflow.
+
+Everything is real and started by the test: a PostgreSQL cluster, a KRaft broker, a
+Kafka Connect worker running Debezium 3.6.1.Final (``changeflow.testing.kafka``), and
+the ``kafka`` capture reading the topics with Spark's Kafka source. The LCRs, replayed,
+must equal the source table; offsets move only with a committed batch.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import decimal
+import json
+import textwrap
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from changeflow import lcr
+from changeflow.config import PipelineConfig, load_config
+from changeflow.debezium.kafka import KafkaOffsetsError, run_kafka_capture, stored_offsets
+from changeflow.debezium.reader import DebeziumFileError
+from changeflow.sites import queue_site
+from changeflow.testing.kafka import KafkaBroker, KafkaConnect, debezium_postgres
+from changeflow.testing.pg_cluster import PgCluster
+
+pytestmark = [pytest.mark.spark, pytest.mark.postgres, pytest.mark.slow]
+
+FIXTURES = Path(__file__).parents[2] / "fixtures" / "debezium" / "pg-3.6.1"
+TABLE = """
+CREATE TABLE customers (id int PRIMARY KEY, name text NOT NULL, score double precision,
+                        amount numeric(10,2), born date, seen timestamptz);
+INSERT INTO customers VALUES (1, 'Ann', 1.5, 10.25, '2000-01-01', '2024-01-02 03:04:05+00'),
+                             (2, 'Bob', NULL, NULL, NULL, NULL);
+"""
+CHANGES = """
+INSERT INTO customers VALUES (3, 'Cy', 2.5, -3.10, '1999-12-31', '2025-06-01 00:00:00.5+02');
+UPDATE customers SET name = 'Anne', amount = 11.00 WHERE id = 1;
+BEGIN;
+DELETE FROM customers WHERE id = 2;
+INSERT INTO customers (id, name) VALUES (4, 'Di');
+UPDATE customers SET score = 0.25 WHERE id = 3;
+COMMIT;
+"""
+MORE = "UPDATE customers SET name = 'Cyrus' WHERE id = 3; DELETE FROM customers WHERE id = 4;"
+
+
+@pytest.fixture(scope="module")
+def stack() -> Iterator[dict[str, Any]]:
+    """PostgreSQL, a broker, Connect with Debezium streaming ``public.customers``."""
+    pg = PgCluster().start()
+    broker = KafkaBroker().start()
+    connect = KafkaConnect(broker).start()
+    try:
+        pg.sql("postgres", TABLE)
+        connect.add("pg1", debezium_postgres("pg1", port=pg.port, dbname="postgres",
+                                             prefix="pg1", tables=["public.customers"],
+                                             **{"provide.transaction.metadata": "true"}))
+        yield {"pg": pg, "broker": broker, "connect": connect}
+    finally:
+        connect.stop()
+        broker.stop()
+        pg.stop()
+
+
+def _pipeline(root: Path, broker: KafkaBroker, topics: list[str]) -> PipelineConfig:
+    path = root / "pipeline.yaml"
+    path.write_text(textwrap.dedent(f"""
+        version: 1
+        sites:
+          s1: {{staging_root: {root}/staging, target_root: {root}/targets,
+               state_url: "sqlite:///{root}/state.db", database: DBS1.EXAMPLE.COM}}
+        queues: [{{name: strm.q, site: s1}}]
+        captures:
+          - name: kcap
+            queue: strm.q@s1
+            source:
+              type: kafka
+              database: PG1.EXAMPLE.COM
+              bootstrap_servers: {broker.bootstrap}
+              topics: {json.dumps(topics)}
+              tables: [{{name: public.customers, key: [id]}}]
+    """))
+    return load_config(path)
+
+
+def _wait(broker: KafkaBroker, topic: str, n: int, timeout: float = 120.0) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if len(broker.consume(topic, expect=n, timeout_ms=5000)) >= n:
+            return
+        time.sleep(1)
+    raise AssertionError(f"{topic} did not reach {n} records")
+
+
+def _rows(cfg: PipelineConfig) -> list[dict[str, Any]]:
+    from changeflow.debezium.export import queue_batches
+    from changeflow.queues import arrow_io
+
+    batches = queue_batches(cfg, "strm.q@s1")
+    return arrow_io.read_arrow_batches(batches).to_pylist() if batches else []
+
+
+def _replay(rows: list[dict[str, Any]]) -> dict[int, dict[str, Any]]:
+    """The table the LCRs describe, applied in commit order."""
+    table: dict[int, dict[str, Any]] = {}
+    for r in sorted(rows, key=lambda r: (r["commit_scn"], r["position"])):
+        new = {k.lower(): lcr.decode_value(v) for k, v in (r["new_values"] or [])}
+        old = {k.lower(): lcr.decode_value(v) for k, v in (r["old_values"] or [])}
+        if r["command_type"] == "DELETE":
+            del table[old["id"]]
+        else:
+            table[new["id"]] = {**table.get(new["id"], {}), **new}
+    return table
+
+
+def _source(pg: PgCluster) -> dict[int, dict[str, Any]]:
+    with pg.connect("postgres") as c:
+        rows = c.execute("SELECT id, name, score, amount, born, seen FROM customers").fetchall()
+    return {r[0]: {"id": r[0], "name": r[1], "score": r[2],
+                   "amount": None if r[3] is None else decimal.Decimal(r[3]).quantize(
+                       decimal.Decimal("1E-10")),
+                   "born": r[4], "seen": None if r[5] is None else r[5].astimezone(dt.UTC)}
+            for r in rows}
+
+
+def test_debezium_topics_are_captured_exactly_once(spark: Any, tmp_path: Path,
+                                                   stack: dict[str, Any]) -> None:
+    pg, broker = stack["pg"], stack["broker"]
+    topic = "pg1.public.customers"
+    _wait(broker, topic, 2)  # the snapshot
+    pg.sql("postgres", CHANGES)
+    _wait(broker, topic, 2 + 5 + 1)  # and a tombstone after the delete
+    cfg = _pipeline(tmp_path, broker, [topic, "pg1.transaction"])
+    first = run_kafka_capture(spark, cfg, "kcap")
+    assert first.messages == 7 and first.skipped.get("tombstone") == 1
+    assert first.skipped.get("txmeta", 0) >= 4
+    rows = _rows(cfg)
+    assert sorted(r["command_type"] for r in rows) == ["DELETE"] + ["INSERT"] * 4 + ["UPDATE"] * 2
+    assert _replay(rows) == _source(pg)
+    txn = {r["transaction_id"] for r in rows if r["command_type"] == "DELETE"}
+    assert len({(r["commit_scn"], r["commit_time"]) for r in rows
+                if r["transaction_id"] in txn}) == 1  # one transaction of three changes
+    assert sum(r["transaction_id"] in txn for r in rows) == 3
+
+    again = run_kafka_capture(spark, cfg, "kcap")  # nothing new: nothing enqueued
+    assert again.messages == 0 and again.offsets == first.offsets
+    pg.sql("postgres", MORE)
+    _wait(broker, topic, 8 + 3)
+    third = run_kafka_capture(spark, cfg, "kcap")
+    assert third.messages == 2
+    rows = _rows(cfg)
+    assert len({r["msg_id"] for r in rows}) == len(rows) == 9  # no duplicate
+    assert _replay(rows) == _source(pg)
+
+
+def test_a_bad_record_names_topic_partition_and_offset(spark: Any, tmp_path: Path,
+                                                       stack: dict[str, Any]) -> None:
+    broker = stack["broker"]
+    good = (FIXTURES / "customers.jsonl").read_text().splitlines()[8]  # a real insert
+    good = good.replace('"schema":"inventory"', '"schema":"public"')
+    broker.create_topic("bad.records")
+    broker.produce("bad.records", [(None, good), (None, good.replace('"op":"c"', '"op":"x"'))])
+    cfg = _pipeline(tmp_path, broker, ["bad.records"])
+    with pytest.raises(DebeziumFileError,
+                       match="topic bad.records partition 0 offset 1: unknown op 'x'"):
+        run_kafka_capture(spark, cfg, "kcap")
+    rt, _ = queue_site(cfg, "strm.q@s1")
+    assert stored_offsets(rt, "kcap") == {} and _rows(cfg) == []
+    broker.produce("bad.records", [(None, "{not json")])
+    with pytest.raises(DebeziumFileError, match="topic bad.records partition 0 offset"):
+        run_kafka_capture(spark, cfg, "kcap")
+    assert stored_offsets(rt, "kcap") == {}
+
+
+def test_offsets_deleted_before_they_were_captured_stop_the_capture(
+        spark: Any, tmp_path: Path, stack: dict[str, Any]) -> None:
+    broker = stack["broker"]
+    line = (FIXTURES / "customers.jsonl").read_text().splitlines()[8]
+    line = line.replace('"schema":"inventory"', '"schema":"public"')
+    broker.create_topic("gone.records")
+    broker.produce("gone.records", [(None, line), (None, line.replace('"id":5001', '"id":5002'))])
+    cfg = _pipeline(tmp_path, broker, ["gone.records"])
+    assert run_kafka_capture(spark, cfg, "kcap").offsets == {"gone.records:0": 2}
+    broker.produce("gone.records", [(None, line.replace('"id":5001', f'"id":{i}'))
+                                    for i in (7, 8)])
+    spec = tmp_path / "delete.json"
+    spec.write_text(json.dumps({"partitions": [{"topic": "gone.records", "partition": 0,
+                                                "offset": 4}], "version": 1}))
+    broker.tool("org.apache.kafka.tools.DeleteRecordsCommand", "--bootstrap-server",
+                broker.bootstrap, "--offset-json-file", str(spec))
+    with pytest.raises(KafkaOffsetsError,
+                       match="topic gone.records partition 0: offsets 2 to 3 are gone"):
+        run_kafka_capture(spark, cfg, "kcap")
+    rt, _ = queue_site(cfg, "strm.q@s1")
+    assert stored_offsets(rt, "kcap") == {("gone.records", 0): 2}
