@@ -2,7 +2,7 @@
 
 The product promises that a message is neither lost nor duplicated. This module proves
 it on a real pipeline (HR snapshots at site 1 → capture → queue@s1 → propagation →
-queue@s2 → apply into Parquet targets), with real processes:
+queue@s2 → apply into Iceberg targets), with real processes:
 
 * :func:`kill_trial` adds a round of source changes, then runs the three stages in
   order; one of them runs as its job entry point (``jobs/<kind>.py``) in a separate
@@ -55,7 +55,7 @@ CRASH_POINTS = {
     "capture": ["capture.after_commit"],
     "propagation": ["propagation.before_destination_commit",
                     "propagation.after_destination_commit", "propagation.after_source_ack"],
-    "apply": ["apply.before_commit", "apply.after_commit"],
+    "apply": ["apply.before_commit", "apply.during_commit", "apply.after_commit"],
 }
 
 PIPELINE = """
