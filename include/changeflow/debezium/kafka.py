@@ -38,7 +38,7 @@ from typing import TYPE_CHECKING, Any
 
 from sqlalchemy import select
 
-from changeflow import fs, quality
+from changeflow import faults, fs, quality
 from changeflow.config import CaptureSpec, PipelineConfig
 from changeflow.debezium import convert, reader
 from changeflow.debezium import envelope as E
@@ -241,6 +241,7 @@ def capture_ranges(spark: SparkSession, cfg: PipelineConfig, spec: CaptureSpec,
             raise reader.DebeziumFileError(message) from None
         raise
     report = check_quality(spark, cfg, spec, queue, batch)  # type: ignore[arg-type]
+    faults.point("capture.before_commit")
     with rt.store.begin() as conn:
         if lease is not None:
             lease.check(conn)
@@ -250,6 +251,7 @@ def capture_ranges(spark: SparkSession, cfg: PipelineConfig, spec: CaptureSpec,
         failed = quality.set_aside(rt, queue, report, seq, conn) if report is not None else None
         if batch is None or seq is not None:
             _record(conn, spec.name, ranges)
+    faults.point("capture.after_commit")
     if batch is not None and seq is None:
         fs.delete(spark, batch.path)
         return 0

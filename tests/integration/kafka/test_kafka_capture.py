@@ -11,6 +11,9 @@ from __future__ import annotations
 import datetime as dt
 import decimal
 import json
+import os
+import subprocess
+import sys
 import textwrap
 import time
 from collections.abc import Iterator
@@ -197,3 +200,35 @@ def test_offsets_deleted_before_they_were_captured_stop_the_capture(
         run_kafka_capture(spark, cfg, "kcap")
     rt, _ = queue_site(cfg, "strm.q@s1")
     assert stored_offsets(rt, "kcap") == {("gone.records", 0): 2}
+
+
+@pytest.mark.parametrize("crash", ["capture.before_commit", "capture.after_commit"])
+def test_a_capture_killed_at_its_commit_loses_and_repeats_nothing(
+        spark: Any, tmp_path: Path, stack: dict[str, Any], crash: str) -> None:
+    """The capture job (``jobs/capture.py``) dies like ``kill -9`` just before or just
+    after its state-store commit; the next run captures every record once."""
+    broker = stack["broker"]
+    line = (FIXTURES / "customers.jsonl").read_text().splitlines()[8]
+    line = line.replace('"schema":"inventory"', '"schema":"public"')
+    topic = f"killed.{crash.split('.')[1]}"
+    broker.create_topic(topic)
+    broker.produce(topic, [(None, line.replace('"id":5001', f'"id":{i}')) for i in (1, 2, 3)])
+    cfg = _pipeline(tmp_path, broker, [topic])
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path),
+           "CHANGEFLOW_CRASH_AT": crash, "CHANGEFLOW_DRIVER_MEMORY": "1g"}
+    job = Path(__file__).parents[3] / "jobs" / "capture.py"
+    done = subprocess.run([sys.executable, str(job), "--config", str(cfg.source_path),
+                           "--name", "kcap"], env=env, capture_output=True, text=True,
+                          timeout=300)
+    assert done.returncode == 137, done.stderr[-3000:]
+    rt, _ = queue_site(cfg, "strm.q@s1")
+    committed = crash == "capture.after_commit"
+    assert stored_offsets(rt, "kcap") == ({(topic, 0): 3} if committed else {})
+    assert len(_rows(cfg)) == (3 if committed else 0)
+    again = run_kafka_capture(spark, cfg, "kcap")
+    assert again.messages == (0 if committed else 3)
+    broker.produce(topic, [(None, line.replace('"id":5001', '"id":4'))])
+    assert run_kafka_capture(spark, cfg, "kcap").messages == 1
+    rows = _rows(cfg)
+    assert len(rows) == len({r["msg_id"] for r in rows}) == 4
+    assert stored_offsets(rt, "kcap") == {(topic, 0): 4}
