@@ -97,6 +97,11 @@ def jdbc_of(state_url: str) -> tuple[str, dict[str, str]]:
     'jdbc:sqlite:/work/s2/state.db'
     >>> jdbc_of("postgresql+psycopg://cf:pw@db.example:5433/state")
     ('jdbc:postgresql://db.example:5433/state', {'user': 'cf', 'password': 'pw'})
+    >>> jdbc_of("postgresql://postgres@/state?host=/tmp/pg/sock&port=6000")[0]
+    'jdbc:postgresql://localhost:6000/state'
+
+    A libpq Unix-socket host (a directory) becomes ``localhost`` on the same port: the
+    JDBC driver speaks TCP.
 
     Raises:
         ConfigError: the store is in memory or of a kind Iceberg has no driver for here.
@@ -108,8 +113,11 @@ def jdbc_of(state_url: str) -> tuple[str, dict[str, str]]:
                               "needs a file or a server")
         return f"jdbc:sqlite:{url.database}", {"busy_timeout": "60000"}
     if url.get_backend_name() == "postgresql":
-        host = url.host or "localhost"
-        port = f":{url.port}" if url.port else ""
+        query = {k: v if isinstance(v, str) else v[0] for k, v in url.query.items()}
+        host = url.host or query.get("host") or "localhost"
+        host = "localhost" if host.startswith("/") else host
+        port = url.port or query.get("port")
+        port = f":{port}" if port else ""
         props = {k: v for k, v in (("user", url.username), ("password", url.password)) if v}
         return f"jdbc:postgresql://{host}{port}/{url.database}", props
     raise ConfigError(f"state store {url.render_as_string(hide_password=True)!r}: Iceberg "
