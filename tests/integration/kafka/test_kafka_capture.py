@@ -69,7 +69,8 @@ def stack() -> Iterator[dict[str, Any]]:
         pg.stop()
 
 
-def _pipeline(root: Path, broker: KafkaBroker, topics: list[str]) -> PipelineConfig:
+def _pipeline(root: Path, broker: KafkaBroker, topics: list[str],
+              table: str = "{name: public.customers, key: [id]}") -> PipelineConfig:
     path = root / "pipeline.yaml"
     path.write_text(textwrap.dedent(f"""
         version: 1
@@ -85,7 +86,7 @@ def _pipeline(root: Path, broker: KafkaBroker, topics: list[str]) -> PipelineCon
               database: PG1.EXAMPLE.COM
               bootstrap_servers: {broker.bootstrap}
               topics: {json.dumps(topics)}
-              tables: [{{name: public.customers, key: [id]}}]
+              tables: [{table}]
     """))
     return load_config(path)
 
@@ -232,3 +233,24 @@ def test_a_capture_killed_at_its_commit_loses_and_repeats_nothing(
     rows = _rows(cfg)
     assert len(rows) == len({r["msg_id"] for r in rows}) == 4
     assert stored_offsets(rt, "kcap") == {(topic, 0): 4}
+
+
+def test_json_without_schemas(spark: Any, tmp_path: Path, stack: dict[str, Any]) -> None:
+    """Records written with ``schemas.enable=false``: the declared columns type them."""
+    broker = stack["broker"]
+    events = [json.loads(x)["payload"] for x in
+              (FIXTURES / "customers.jsonl").read_text().splitlines()[6:11]]
+    for e in events:
+        e["source"]["schema"] = "public"
+    broker.create_topic("plain.records")
+    broker.produce("plain.records", [(None, json.dumps(e)) for e in events] + [(None, "null")])
+    cfg = _pipeline(tmp_path, broker, ["plain.records"], table=(
+        "{name: public.customers, key: [id], columns: {id: integer, name: text, born: date, "
+        "qty: integer, score: float8, ratio: real, bio: text, photo: bytea}}"))
+    result = run_kafka_capture(spark, cfg, "kcap")
+    assert result.messages == 5 and result.offsets == {"plain.records:0": 6}
+    rows = {(r["command_type"], r["position"]): r for r in _rows(cfg)}
+    new = {k: lcr.decode_value(v) for k, v in rows[("UPDATE", 1)]["new_values"]}
+    assert new == {"ID": 1, "NAME": "renamed", "BORN": dt.date(2000, 1, 2), "QTY": 11,
+                   "SCORE": 0.125, "RATIO": 0.25}  # unchanged TOAST left out
+    assert {r["transaction_id"] for r in _rows(cfg)} == {"735", "736"}
