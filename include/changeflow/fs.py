@@ -8,9 +8,22 @@ measure and delete.
 from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
+from urllib.parse import urlparse
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
+
+
+def local_path(uri: str) -> str | None:
+    """The local filesystem path of a URI, or None for a remote one.
+
+    >>> local_path("/data/staging"), local_path("file:///data/s"), local_path("s3a://b/s")
+    ('/data/staging', '/data/s', None)
+    """
+    parsed = urlparse(uri)
+    if parsed.scheme in ("", "file"):
+        return parsed.path if parsed.scheme else uri
+    return None
 
 
 def _path(spark: SparkSession, uri: str) -> tuple[Any, Any]:

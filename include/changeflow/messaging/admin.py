@@ -322,7 +322,7 @@ def drop_queue(target: Target, queue: str, *, force: bool = False) -> int:
 def _delete_batch_files(paths: list[str]) -> None:
     import shutil
 
-    from changeflow.schedules.outages import local_path
+    from changeflow.fs import local_path
 
     for p in paths:
         local = local_path(p)

@@ -26,19 +26,8 @@ from urllib.parse import urlparse
 
 from changeflow.config import PipelineConfig
 from changeflow.errors import DestinationUnavailableError, QueueNotFoundError
+from changeflow.fs import local_path
 from changeflow.sites import queue_site
-
-
-def local_path(uri: str) -> str | None:
-    """The local filesystem path of a staging root, or None for a remote URI.
-
-    >>> local_path("/data/staging"), local_path("file:///data/s"), local_path("s3a://b/s")
-    ('/data/staging', '/data/s', None)
-    """
-    parsed = urlparse(uri)
-    if parsed.scheme in ("", "file"):
-        return parsed.path if parsed.scheme else uri
-    return None
 
 
 def check_destination(cfg: PipelineConfig, name: str) -> None:
