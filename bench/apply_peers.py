@@ -1,0 +1,153 @@
+"""The apply benchmark's peers: Iceberg's own MERGE INTO, delta-rs MERGE, reads (Spark,
+DuckDB over PyIceberg's Arrow), and a full maintenance of the target."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame, SparkSession
+
+PEER = "bench.peer"
+
+
+def _timed(fn: Any) -> tuple[float, Any]:
+    start = time.perf_counter()
+    out = fn()
+    return time.perf_counter() - start, out
+
+
+def merge_into(spark: SparkSession, targets: Any, root: Path, n_rows: int,
+               n_changes: int) -> dict[str, Any]:
+    """Iceberg's ``MERGE INTO`` of ``n_changes`` row images into a table of the same rows
+    and properties (merge-on-read), twice (cold, warm); row images read from Parquet."""
+    from pyspark.sql import functions as F
+
+    from bench.apply_bench import changed_ids, employees, make_table
+
+    try:
+        load = make_table(spark, targets, PEER, n_rows)
+        runs = []
+        for run in (1, 2):
+            path = str(root / f"merge-src-{run}")
+            changed_ids(spark, n_rows, n_changes, run).select(
+                *employees(F.col("id"), f"m{run}-"), F.lit("DBS1.EXAMPLE.COM").alias("_cf_src"),
+                F.lit(1000 + run).cast("bigint").alias("_cf_scn"), F.col("id").alias("_cf_pos"),
+                F.lit(None).cast("binary").alias("_cf_tag")).write.parquet(path)
+            sql = (f"MERGE INTO {targets.ident(PEER)} t USING (SELECT * FROM parquet.`{path}`) s "
+                   "ON t.id = s.id WHEN MATCHED THEN UPDATE SET * "
+                   "WHEN NOT MATCHED THEN INSERT *")
+            runs.append(_timed(lambda sql=sql: spark.sql(sql).collect())[0])
+        jt = targets.java_table(spark, PEER)
+        summary = dict(jt.currentSnapshot().summary())
+        updated = int(summary.get("spark.merge-into.num-target-rows-matched-updated", -1))
+        if updated != n_changes or int(summary.get("added-position-delete-files", 0)) == 0:
+            return {"skipped": f"MERGE INTO did not update {n_changes} rows merge-on-read "
+                               f"(updated {updated}; snapshot summary {summary})"[:500]}
+        spark.sql(f"DROP TABLE IF EXISTS {targets.ident(PEER)} PURGE")
+    except Exception as exc:  # noqa: BLE001  (a failed peer is a miss with its reason)
+        return {"skipped": f"MERGE INTO failed: {type(exc).__name__}: {exc}"[:500]}
+    return {"seconds": runs[1], "cold_seconds": round(runs[0], 3),
+            "runs": [round(x, 3) for x in runs], "load_seconds": round(load, 2),
+            "mode": "merge-on-read"}
+
+
+def _batches(df: DataFrame, n: int) -> Any:
+    """A large frame as Arrow tables of at most 2 million rows (bounded memory)."""
+    import pyarrow as pa
+
+    step = 2_000_000
+    for lo in range(0, n, step):
+        yield pa.Table.from_batches(df.where(f"id >= {lo} AND id < {lo + step}").toArrow()
+                                    .to_batches())
+
+
+def deltalake(spark: SparkSession, root: Path, n_rows: int, n_changes: int) -> dict[str, Any]:
+    """delta-rs: the same rows as a Delta table, then a MERGE of as many rows, twice."""
+    try:
+        import deltalake as dl
+        import pyarrow as pa
+        from pyspark.sql import functions as F
+
+        from bench.apply_bench import changed_ids, employees, target_rows
+    except ImportError as exc:
+        return {"skipped": f"deltalake is not installed: {exc}"}
+    path = str(root / "delta")
+    table = target_rows(spark, n_rows).drop("_cf_src", "_cf_scn", "_cf_pos", "_cf_tag")
+    load, _ = _timed(lambda: [dl.write_deltalake(path, b, mode="append")
+                              for b in _batches(table, n_rows)])
+    runs = []
+    for run in (1, 2):
+        src = changed_ids(spark, n_rows, n_changes, 50 + run).select(
+            *employees(F.col("id"), f"d{run}-"))
+        data = pa.Table.from_batches(src.toArrow().to_batches())
+
+        def merge(data: Any = data) -> Any:
+            t = dl.DeltaTable(path)
+            return (t.merge(data, predicate="t.id = s.id", source_alias="s", target_alias="t")
+                    .when_matched_update_all().when_not_matched_insert_all().execute())
+
+        seconds, stats = _timed(merge)
+        if stats["num_target_rows_updated"] != n_changes:
+            return {"skipped": f"delta-rs MERGE updated {stats}"}
+        runs.append(seconds)
+    return {"seconds": runs[1], "cold_seconds": round(runs[0], 3),
+            "runs": [round(x, 3) for x in runs], "load_seconds": round(load, 2),
+            "version": dl.__version__}
+
+
+def reads(spark: SparkSession, targets: Any, table: str, *, maintained: bool) -> dict[str, Any]:
+    """A full scan of the table's current state by Spark (best of two) and by DuckDB over
+    PyIceberg's Arrow scan, with the table's file counts."""
+    jt = targets.java_table(spark, table)
+    summary = dict(jt.currentSnapshot().summary())
+    sql = f"SELECT count(*), sum(salary), max(first_name) FROM {targets.ident(table)}"
+    spark_runs = [_timed(lambda: spark.sql(sql).collect())[0] for _ in range(2)]
+    out: dict[str, Any] = {
+        "state": "after maintenance" if maintained else "after 10 applies",
+        "spark_seconds": min(spark_runs), "spark_runs": [round(x, 3) for x in spark_runs],
+        "data_files": int(summary.get("total-data-files", 0)),
+        "delete_files": int(summary.get("total-delete-files", 0)),
+        "position_deletes": int(summary.get("total-position-deletes", 0))}
+    out.update(_duckdb(targets, table))
+    return out
+
+
+def _duckdb(targets: Any, table: str) -> dict[str, Any]:
+    """DuckDB aggregating the table as PyIceberg reads it (Arrow, deletes applied).
+
+    DuckDB's own Iceberg extension downloads from a site this machine cannot reach, so
+    the table is read by PyIceberg and DuckDB queries the Arrow table."""
+    try:
+        import duckdb
+    except ImportError as exc:
+        return {"duckdb_skipped": f"duckdb is not installed: {exc}"}
+    from changeflow.targets.read import pyiceberg_catalog
+
+    def scan() -> Any:
+        t = pyiceberg_catalog(targets).load_table(table)
+        return t.scan(selected_fields=("id", "salary", "first_name")).to_arrow()
+
+    try:
+        read, arrow = _timed(scan)
+        con = duckdb.connect()
+        con.register("target", arrow)
+        query, row = _timed(lambda: con.execute(
+            "SELECT count(*), sum(salary), max(first_name) FROM target").fetchone())
+        con.close()
+    except Exception as exc:  # noqa: BLE001
+        return {"duckdb_skipped": f"{type(exc).__name__}: {exc}"[:300]}
+    return {"duckdb_seconds": read + query, "pyiceberg_scan_seconds": round(read, 3),
+            "duckdb_query_seconds": round(query, 3), "duckdb_rows": row[0] if row else None,
+            "duckdb_version": duckdb.__version__}
+
+
+def maintain_fully(spark: SparkSession, targets: Any, table: str) -> dict[str, Any]:
+    """Iceberg's maintenance of the table as the apply runs it, due whatever the counts."""
+    from changeflow.targets.maintenance import maintain
+    from changeflow.targets.policy import MaintenancePolicy
+
+    return maintain(spark, targets, table, MaintenancePolicy(delete_ratio=1e-9,
+                                                             files_per_bucket=1))
