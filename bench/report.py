@@ -152,6 +152,13 @@ def plot(run: dict[str, Any], out: Path) -> Path:
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
+    from matplotlib.ticker import FuncFormatter
+
+    def human(v: float, _pos: object = None) -> str:
+        for div, suffix in ((1e6, "M"), (1e3, "k")):
+            if v >= div:
+                return f"{v / div:g}{suffix}"
+        return f"{v:g}"
 
     curves = [e for e in run["entries"] if e.get("figures", {}).get("curve")]
     fig, axes = plt.subplots(1, len(curves), figsize=(5 * len(curves), 4), squeeze=False)
@@ -162,6 +169,11 @@ def plot(run: dict[str, Any], out: Path) -> Path:
         ax.plot(xs, [p["baseline_s"] for p in f["curve"]], "s--", label=f["baseline_curve"])
         ax.set_xscale("log")
         ax.set_yscale("log")
+        ax.xaxis.set_major_formatter(FuncFormatter(human))
+        ax.xaxis.set_minor_formatter(FuncFormatter(lambda v, _p: ""))
+        ax.yaxis.set_major_formatter(FuncFormatter(human))
+        ax.yaxis.set_minor_formatter(FuncFormatter(human))
+        ax.set_xticks(xs)
         ax.set_xlabel(f["x"])
         ax.set_ylabel("seconds (warm)")
         ax.set_title(e["name"], fontsize=10)

@@ -19,6 +19,8 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from bench.results import entry
+
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
@@ -95,12 +97,12 @@ applies:
     t.join(timeout=30)
     delays = sorted(seen[m] - sent[m] for m in sent if m in seen)
     p95 = delays[max(0, int(len(delays) * 0.95) - 1)] if delays else float("inf")
-    return {"name": "schedule_window_latency",
-            "figures": {"messages": len(sent), "arrived": len(delays),
-                        "p50_s": round(statistics.median(delays), 3) if delays else None,
-                        "p95_s": round(p95, 3), "latency_s": 1.0},
-            "baseline": {"configured_latency_s": 1.0},
-            "ratio": round(p95 / 1.0, 3), "target": "p95 <= 5 s"}
+    return entry("schedule_window_latency", value=p95, unit="s", judged="value",
+                 baseline="the configured latency (1 s)", baseline_value=1.0, target=5.0,
+                 direction="<=", headline=True, figures={
+                     "messages": len(sent), "arrived": len(delays),
+                     "p50_s": round(statistics.median(delays), 3) if delays else None,
+                     "p95_s": round(p95, 3)})
 
 
 def _parse(work: Path, n: int = 200) -> dict[str, Any]:
@@ -132,10 +134,10 @@ def _parse(work: Path, n: int = 200) -> dict[str, Any]:
 
     timed(dag_file)  # first run imports the provider and changeflow modules
     seconds, base = timed(dag_file), timed(empty)
-    return {"name": "schedule_dag_parse",
-            "figures": {"propagations": n, "dags": n + 1, "parse_s": round(seconds, 3)},
-            "baseline": {"empty_dag_parse_s": round(base, 4)},
-            "ratio": round(seconds / base, 1) if base else None, "target": "parse_s < 1"}
+    return entry("schedule_dag_parse", value=seconds, unit="s", judged="value",
+                 baseline="a DAG file with one empty DAG, same process", baseline_value=base,
+                 target=1.0, direction="<=", headline=True,
+                 figures={"propagations": n, "dags": n + 1})
 
 
 def run(spark: SparkSession, n_rows: int) -> list[dict]:
