@@ -4,10 +4,10 @@
 embedded SQLite store), HTTP/1.1 keep-alive, with 1 client and with 8 concurrent client
 processes: ``AQXmlSend`` with ``<AQXmlCommit/>`` (send+commit) and ``AQXmlReceive`` with
 ``<AQXmlCommit/>`` (receive+commit), one message per request. The baseline is the
-messaging API in one process on the same kind of store: ``enqueue(..., commit=True)``
-and ``dequeue(..., commit=True)``. The two run in alternating rounds (8; the client
-processes are started once), so load from other work on the machine falls on both
-alike. Each entry's ratio is service rate / in-process rate, each the messages of its
+messaging API on the same kind of store with **as many in-process clients** (1 or 8
+processes, each its own session): ``enqueue(..., commit=True)`` and ``dequeue(...,
+commit=True)``. The two run in alternating rounds (8; every client process is started
+once), so load from other work on the machine falls on both alike. Each entry's ratio is service rate / in-process rate, each the messages of its
 rounds over the sum of their seconds (the median per-round ratio is recorded too);
 p95 is the request latency seen by the clients. Targets: >= 0.3x with 8 clients,
 p95 <= 50 ms.
@@ -28,6 +28,8 @@ import tempfile
 import time
 from pathlib import Path
 from typing import Any
+
+from bench.results import entry
 
 SIZES = {"small": 800, "full": 4000}
 ROUNDS = 8
@@ -55,17 +57,21 @@ def _setup(url: str) -> None:
     admin.create_queue(store, QUEUE, "bench.q_qt", start=True, if_not_exists=True)
 
 
-def _in_process_round(s: Any, op: str, n: int) -> float:
-    """``n`` enqueue+commit or dequeue+commit calls of the messaging API; their seconds."""
-    started = time.perf_counter()
-    if op == "enqueue":
+def _in_process_client(url: str, commands: Any, barrier: Any, out: Any) -> None:
+    """An in-process client: its own session of the messaging API on the store."""
+    from changeflow.messaging import connect
+
+    s = connect(url)
+    while (command := commands.get()) is not None:
+        op, n = command
+        barrier.wait()
+        started = time.perf_counter()
         for _ in range(n):
-            s.enqueue(QUEUE, PAYLOAD, commit=True)
-    else:
-        for _ in range(n):
-            if s.dequeue(QUEUE, wait=0, commit=True) is None:
+            if op == "enqueue":
+                s.enqueue(QUEUE, PAYLOAD, commit=True)
+            elif s.dequeue(QUEUE, wait=0, commit=True) is None:
                 raise RuntimeError("the in-process queue ran dry")
-    return time.perf_counter() - started
+        out.put((started, time.perf_counter(), []))
 
 
 def _client(url: str, commands: Any, barrier: Any, out: Any) -> None:
@@ -111,18 +117,20 @@ def _client(url: str, commands: Any, barrier: Any, out: Any) -> None:
 
 
 class _Clients:
-    """``clients`` client processes, started once, run round by round."""
+    """``clients`` client processes (HTTP, or in-process API sessions), started once,
+    run round by round."""
 
-    def __init__(self, url: str, clients: int) -> None:
+    def __init__(self, url: str, clients: int, target: Any = None) -> None:
         ctx = mp.get_context("spawn")
         self.barrier, self.out = ctx.Barrier(clients), ctx.Queue()
         self.commands = [ctx.Queue() for _ in range(clients)]
-        self.procs = [ctx.Process(target=_client, args=(url, q, self.barrier, self.out))
+        self.procs = [ctx.Process(target=target or _client,
+                                  args=(url, q, self.barrier, self.out))
                       for q in self.commands]
         for p in self.procs:
             p.start()
 
-    def round(self, body: bytes, n: int) -> tuple[float, int, list[float]]:
+    def round(self, body: Any, n: int) -> tuple[float, int, list[float]]:
         """(seconds from the first start to the last end, requests, their latencies)."""
         per = n // len(self.procs)
         for q in self.commands:
@@ -138,10 +146,12 @@ class _Clients:
             p.join(timeout=60)
 
 
-def _measure(url: str, base: Any, clients: int, n: int, rounds: int) -> list[dict[str, Any]]:
+def _measure(url: str, base_url: str, clients: int, n: int,
+             rounds: int) -> list[dict[str, Any]]:
     """Send+commit then receive+commit through the service with ``clients`` clients,
-    each in alternating rounds with the in-process API (the order flips each round)."""
-    group = _Clients(url, clients)
+    each in alternating rounds with as many in-process clients (the order flips)."""
+    groups = {"service": _Clients(url, clients),
+              "in_process": _Clients(base_url, clients, _in_process_client)}
     entries = []
     try:
         per = n // rounds
@@ -155,29 +165,39 @@ def _measure(url: str, base: Any, clients: int, n: int, rounds: int) -> list[dic
                 rate = {}
                 for side in (("service", "in_process") if r % 2 == 0
                              else ("in_process", "service")):
-                    if side == "service":
-                        seconds, done, lats = group.round(body, per)
-                        lat += lats
-                    else:
-                        seconds, done = _in_process_round(base, key, per), per
+                    seconds, done, lats = groups[side].round(
+                        body if side == "service" else key, per)
+                    lat += lats
                     spent[side] += seconds
                     rate[side] = done / seconds
                 ratios.append(rate["service"] / rate["in_process"])
-            service = per * rounds / spent["service"]
-            inproc = per * rounds / spent["in_process"]
-            lat.sort()
-            entries.append({
-                "name": f"idap_{op}_{clients}c", "ratio": round(service / inproc, 3),
-                "target": ">= 0.3x in-process (8 clients), p95 <= 50 ms",
-                "baseline": f"in-process {key}+commit {inproc:.0f}/s (alternating rounds)",
-                "rate_per_s": round(service, 1),
-                "p95_ms": round(lat[int(0.95 * (len(lat) - 1))] * 1000, 2),
-                "median_round_ratio": round(statistics.median(ratios), 3),
-                "clients": clients, "messages": per * rounds, "rounds": rounds,
-                "payload_bytes": len(PAYLOAD)})
+            entries += _entries(op, key, clients, per * rounds, rounds, spent, lat, ratios)
     finally:
-        group.close()
+        for g in groups.values():
+            g.close()
     return entries
+
+
+def _entries(op: str, key: str, clients: int, messages: int, rounds: int,
+             spent: dict[str, float], lat: list[float], ratios: list[float]) -> list[dict]:
+    lat.sort()
+    p95 = lat[int(0.95 * (len(lat) - 1))] * 1000
+    figures = {"clients": clients, "messages": messages, "rounds": rounds,
+               "payload_bytes": len(PAYLOAD), "p95_ms": round(p95, 2),
+               "p50_ms": round(lat[len(lat) // 2] * 1000, 2),
+               "median_round_ratio": round(statistics.median(ratios), 3)}
+    eight = clients == 8
+    return [
+        entry(f"idap_{op}_{clients}c", value=messages / spent["service"], unit="msg/s",
+              baseline_value=messages / spent["in_process"],
+              baseline=f"{clients} in-process client process(es), {key}+commit through the "
+                       "messaging API, alternating rounds",
+              target=0.3 if eight else None, direction=">=" if eight else None,
+              headline=eight, figures=figures),
+        entry(f"idap_{op}_{clients}c.p95", value=p95, unit="ms", judged="value",
+              baseline="absolute target: request latency seen by the clients",
+              target=50, direction="<=", figures=figures),
+    ]
 
 
 def _free_port() -> int:
@@ -204,13 +224,10 @@ def run(spark: Any = None, size: str = "small") -> list[dict[str, Any]]:
             stderr=subprocess.PIPE)
         url = f"http://127.0.0.1:{port}/aq"
         try:
-            from changeflow.messaging import connect
-
             _wait(url, server)
-            base = connect(base_url)
             entries = []
             for clients in (1, 8):
-                entries += _measure(url, base, clients, n, ROUNDS)
+                entries += _measure(url, base_url, clients, n, ROUNDS)
             return entries
         finally:
             server.terminate()
