@@ -7,12 +7,12 @@ ENV := $(ROOT)/scripts/env.sh
 STAMP := $(VENV)/.installed
 PYTHON ?= python3
 
-.PHONY: setup demo test test-long test-fast bench chaos airflow lint typecheck render clean system-deps \
+.PHONY: setup demo test test-long test-fast bench bench-report chaos airflow lint typecheck render clean system-deps \
 	cluster demo-3site clean-jars
 
 ## setup: system packages, the virtualenv with pinned requirements, the package itself,
 ## and the JVM jars (jvm/*/pom.xml) copied from Maven Central into jars/ (git-ignored)
-JAR_SETS := spark kafka
+JAR_SETS := spark kafka s3proxy
 JAR_STAMPS := $(foreach s,$(JAR_SETS),$(ROOT)/jars/$(s)/.fetched)
 setup: $(STAMP) $(JAR_STAMPS)
 
@@ -62,9 +62,15 @@ demo-3site: setup
 serve: setup
 	$(ENV) $(VENV)/bin/changeflow serve $(SERVE_ARGS)
 
-## bench: benchmarks; results in bench-results.json
+## bench: benchmarks; results in bench-results.json, full-size runs archived in docs/results/;
+## exits 1 when a target is missed (BENCH_ARGS="--no-fail" to explore, "--size small" to be quick)
 bench: setup
 	$(ENV) $(PY) -m bench $(BENCH_ARGS)
+
+## bench-report: the README's and docs/benchmarks.md's tables and docs/bench-scaling.png,
+## from the newest archived results (runs no benchmark)
+bench-report: setup
+	$(ENV) $(PY) -m bench.report --write-readme --write-docs --plot
 
 ## chaos: the long chaos suite (50+ kills, concurrent runs, outages, pgbench); chaos-results.json
 chaos: setup
