@@ -16,10 +16,15 @@ JAR_SETS := spark kafka s3proxy
 JAR_STAMPS := $(foreach s,$(JAR_SETS),$(ROOT)/jars/$(s)/.fetched)
 setup: $(STAMP) $(JAR_STAMPS)
 
+# Jars already there are kept (a running JVM reads its jars again: replacing them under it
+# breaks it); jars the pom no longer lists are removed afterwards.
 $(ROOT)/jars/%/.fetched: jvm/%/pom.xml
-	rm -rf $(ROOT)/jars/$*
 	mvn -q -B -f jvm/$*/pom.xml dependency:copy-dependencies -DincludeScope=runtime \
 		-DoutputDirectory=$(ROOT)/jars/$*
+	mvn -q -B -f jvm/$*/pom.xml dependency:list -DincludeScope=runtime \
+		-DoutputAbsoluteArtifactFilename=true -DoutputFile=$(ROOT)/jars/$*/.list
+	cd $(ROOT)/jars/$* && for f in *.jar; do \
+		grep -q "/$$f$$" .list || grep -q "/$$f " .list || rm -f "$$f"; done
 	touch $@
 
 $(STAMP): requirements.txt pyproject.toml scripts/system-deps.sh

@@ -9,7 +9,6 @@ published is read as it was before, and not written again.
 
 from __future__ import annotations
 
-import hashlib
 import logging
 import time
 from collections.abc import Iterator
@@ -19,7 +18,7 @@ from typing import TYPE_CHECKING, Any
 from changeflow import faults, quality
 from changeflow import lcr as contract
 from changeflow.apply import enqueue as enq
-from changeflow.apply import errorq, positions, survey
+from changeflow.apply import errorq, identity, positions, survey
 from changeflow.apply.conflicts import check_columns, effective_handlers
 from changeflow.apply.ddl_iceberg import DdlPlan, ensure
 from changeflow.apply.errorq import FailedTxn
@@ -304,37 +303,8 @@ class Pass:
         return plan
 
     def _base(self, header: Any) -> tuple[Any, dict[str, str] | None]:
-        """The snapshot the pass reads a table at: the current one, or, when an earlier
-        attempt of this pass published to the table already, the one before it (the
-        pass then finds what it found then, and does not write again).
-
-        Returns:
-            The header at that snapshot, and the published snapshot's summary (or None).
-
-        Raises:
-            TargetError: the table was dropped outside changeflow (the apply published
-                to it before).
-        """
-        from dataclasses import replace
-
-        if not header.exists:
-            known = self.targets.last_published(header.name)
-            if known is not None and self.targets.dropped(header.name) is None:
-                raise TargetError(
-                    f"target table {header.name} was dropped outside changeflow (the apply "
-                    f"last published snapshot {known['version']} of it at "
-                    f"{known['updated_at']}); run `changeflow targets forget {header.name}` "
-                    "to let the apply create it again, then re-execute its errors")
-            return header, None
-        jt = self.targets.java_table(self.spark, header.name)
-        found = tcommit.find_pass(jt, self.pass_id) if jt is not None else None
-        if found is None:
-            return header, None
-        first, parent = found
-        summary = dict(jt.snapshot(jt.currentSnapshot().snapshotId()).summary())
-        log.info("apply %s: table %s holds pass %s already (snapshot %s): not written again",
-                 self.spec.name, header.name, self.pass_id, first)
-        return replace(header, snapshot=parent), summary
+        """The header at the snapshot the pass reads (see :func:`.identity.base`)."""
+        return identity.base(self.spark, self.targets, header, self.pass_id)
 
     def _stop_at_first_error(self, order: list[TxnId]) -> None:
         self._cut = set()
@@ -382,28 +352,11 @@ class Pass:
 
     def _props(self) -> dict[str, str]:
         """Summary properties of every snapshot this pass writes."""
-        props = {tcommit.PASS_ID: self.pass_id, "changeflow.apply": self.spec.name}
-        if self.batches:
-            props["changeflow.batches"] = f"{self.batches[0].seq}-{self.batches[-1].seq}"
-            props["changeflow.queue"] = self.batches[0].queue
-        if self.info:
-            top: dict[str, int] = {}
-            for t in self.info:
-                top[t.source] = max(top.get(t.source, t.scn), t.scn)
-            props["changeflow.positions"] = ",".join(f"{k}={v}" for k, v in sorted(top.items()))
-        return props
+        return identity.snapshot_props(self.spec.name, self.pass_id, self.batches,
+                                       list(self.info))
 
     def _identity(self, segment: list[survey.TxnInfo]) -> str:
-        """The pass's identity: the same batches and segment give the same pass."""
-        parts = [self.spec.name]
-        if self.batches:
-            parts.append(f"{self.batches[0].queue}:{self.batches[0].seq}-{self.batches[-1].seq}")
-        if segment:
-            parts.append(segment[0].id.key)
-        if self.reexec is not None:  # each attempt at an entry is a pass of its own
-            parts.append("reexec:" + ",".join(f"{e.id}.{e.attempts}"
-                                              for e in self.reexec.values()))
-        return hashlib.sha1("\x1f".join(parts).encode()).hexdigest()[:16]
+        return identity.pass_id(self.spec.name, self.batches, segment, self.reexec)
 
     def _check(self, written: list[TargetWrite]) -> None:
         quality.check_target(self.spark, self.cfg, stage=f"apply:{self.spec.name}",

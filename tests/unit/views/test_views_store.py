@@ -88,4 +88,5 @@ def test_unknown_view() -> None:
     with pytest.raises(UnknownComponentError, match="no view named 'dba_x'"):
         get("dba_x")
     assert {"captures", "propagations", "applies", "apply-errors", "queues", "consumers",
-            "exceptions", "rules", "lag", "runs", "user-queues", "listeners"} == set(VIEWS)
+            "exceptions", "rules", "lag", "runs", "user-queues", "listeners", "targets",
+            "target-snapshots"} == set(VIEWS)
