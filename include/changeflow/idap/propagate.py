@@ -5,7 +5,8 @@ into one that posts to the remote AQ servlet (seed 003, "Propagation Using HTTP 
 HTTPS"), a propagation whose destination queue is at a *remote site*
 (``cars_q2@dba`` with ``idap.remote_sites.dba.url``) publishes IDAP requests instead of
 writing the destination queue. It runs inside
-:func:`changeflow.propagation.propagate_once`, under the same lease, so the same
+:func:`changeflow.propagation.propagate_once` as its transport (:data:`TRANSPORT`,
+registered with :mod:`changeflow.propagation.transports`), under the same lease, so the same
 schedules, backoff, auto-disable, statistics and alerts apply. One pass:
 
 1. **LCR batches** of the source queue (up to the pass limits), read batch by batch
@@ -44,6 +45,7 @@ from changeflow.idap.client import (
 from changeflow.idap.lcrxml import encode_contract_row
 from changeflow.idap.messages import q
 from changeflow.idap.xmlns import CF_NS
+from changeflow.propagation.transports import Transport
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -242,3 +244,7 @@ def _user_message(store: Any, deliveries: list[Any]) -> Element:
                            expiration=m.expiration,
                            sender=m.sender.name if m.sender and m.sender.name else "CHANGEFLOW",
                            recipients=recipients or None)
+
+
+#: The HTTP transport, an entry point of ``changeflow.propagation`` (``pyproject.toml``).
+TRANSPORT = Transport("idap_http", reaches=is_http, propagate=propagate_http, probe=probe)

@@ -50,6 +50,7 @@ from changeflow.messaging import types as T
 from changeflow.messaging.constants import State
 from changeflow.messaging.dequeue import from_row
 from changeflow.messaging.model import MessageProperties
+from changeflow.propagation.transports import Carrier
 from changeflow.state import StateStore, utcnow
 from changeflow.state import schema_messaging as S
 
@@ -282,3 +283,7 @@ def carry_user_messages(store: StateStore, queue: str, address: str, producer: s
     result.bytes_propagated += outcome.bytes
     result.more_pending = result.more_pending or len(rows) >= limit
     return result
+
+
+#: The user messages a local pass carries, an entry point of ``changeflow.propagation``.
+CARRIER = Carrier("user_messages", carry=propagate_user_messages)

@@ -37,7 +37,7 @@ from typing import TYPE_CHECKING
 from changeflow import faults, fs, quality
 from changeflow.config import PipelineConfig, PropagationSpec
 from changeflow.errors import DestinationUnavailableError
-from changeflow.messaging.propagate import propagate_user_messages
+from changeflow.propagation import transports
 from changeflow.queues import io as qio
 from changeflow.sites import SiteRuntime, consumer_name, open_pipeline, queue_site
 from changeflow.state.leases import Lease
@@ -103,13 +103,14 @@ def propagate_once(
     spec: PropagationSpec = cfg.component("propagation", name)
     src_rt, _ = queue_site(cfg, spec.source_queue)
     with Lease(src_rt.store, f"propagation:{name}", wait=lease_wait) as lease:
-        if cfg.idap.remote(spec.destination_queue) is not None:  # HTTP(S), SPEC §9
-            from changeflow.idap.propagate import propagate_http
-
-            return propagate_http(spark, cfg, spec, lease, rule_filter, max_batches)
+        transport = transports.transport_for(cfg, spec)  # e.g. HTTP(S), SPEC §9
+        if transport is not None:
+            return transport.propagate(spark, cfg, spec, lease, rule_filter, max_batches)
         result = _propagate(spark, cfg, spec, lease, rule_filter, max_batches,
                             crash_after_destination_commit)
-        return propagate_user_messages(cfg, spec, lease, result)
+        for carrier in transports.carriers():  # e.g. the user messages addressed to it
+            result = carrier.carry(cfg, spec, lease, result)
+        return result
 
 
 def _propagate(spark: SparkSession, cfg: PipelineConfig, spec: PropagationSpec, lease: Lease,

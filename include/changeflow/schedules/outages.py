@@ -27,6 +27,7 @@ from urllib.parse import urlparse
 from changeflow.config import PipelineConfig
 from changeflow.errors import DestinationUnavailableError, QueueNotFoundError
 from changeflow.fs import local_path
+from changeflow.propagation.transports import transport_for
 from changeflow.sites import queue_site
 
 
@@ -37,10 +38,9 @@ def check_destination(cfg: PipelineConfig, name: str) -> None:
         name: the propagation.
     """
     spec = cfg.component("propagation", name)
-    if cfg.idap.remote(spec.destination_queue) is not None:  # a remote IDAP endpoint
-        from changeflow.idap.propagate import probe
-
-        return probe(cfg, spec)
+    transport = transport_for(cfg, spec)  # e.g. a remote IDAP endpoint: its own probe
+    if transport is not None:
+        return transport.probe(cfg, spec) if transport.probe is not None else None
     ref = spec.destination_queue
     try:
         rt, queue = queue_site(cfg, ref)
