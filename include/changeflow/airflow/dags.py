@@ -82,10 +82,28 @@ def component_dag(kind: str, name: str, spec: dict[str, Any], root: Path) -> Any
         tags=["changeflow", kind, spec["pipeline"]],
     ) as dag:
         if sched is not None:
-            airflow_ops.window_task(name, spec, root, **_callbacks(spec, root, name))
+            window_task(name, spec, root, **_callbacks(spec, root, name))
         else:
             _task(kind, name, spec, root, task_id=kind)
     return dag
+
+
+def window_task(name: str, spec: dict[str, Any], root: Path, **callbacks: Any) -> Any:
+    """The one task of a window run: the Spark window job (see ``PropagationWindowOperator``).
+
+    Only a start-up failure the job could not count (exit 75) is retried by Airflow, at
+    exactly 30 s, 60 s, 120 s; failures inside the window follow the schedule's own
+    backoff (seed 002), so the job's exit 1 is never retried by Airflow.
+    """
+    from changeflow.airflow.operators import PropagationWindowOperator
+
+    config = str(root / spec["config"])
+    job = SparkJobSpec(kind="propagation_window", name=name, config=config,
+                       jobs_dir=str(root / "jobs"), jars_dir=str(jars_root() / "spark"),
+                       conn_id=spec.get("conn_id", "spark_default"),
+                       conf=spec.get("spark", {}))
+    return PropagationWindowOperator(task_id="window", config=config, propagation=name,
+                                     **operator_kwargs(job), **callbacks)
 
 
 def _doc(kind: str, name: str, spec: dict[str, Any], sched: dict[str, Any] | None) -> str:

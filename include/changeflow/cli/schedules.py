@@ -98,7 +98,7 @@ def schedules(ctx: click.Context, config_path: str, pipeline: str, output: str,
     ctx.obj = {"config": config_path, "pipeline": pipeline}
     if ctx.invoked_subcommand is not None:
         return
-    from changeflow.schedules.ui import schedule_rows
+    from changeflow.views.schedules import schedule_rows
 
     cfg = load(config_path)
     airflow = _airflow_available(config_path)
@@ -122,7 +122,7 @@ def _store(ctx: click.Context, name: str) -> Any:
 
 
 def _show(ctx: click.Context, row: Any, message: str | None = None) -> None:
-    from changeflow.schedules.ui import state_of
+    from changeflow.views.schedules import state_of
 
     d = row.as_dict()
     d["state"] = state_of(d)
@@ -301,7 +301,7 @@ def backfill_cmd(ctx: click.Context, name: str, start: str, end: str,
 @click.pass_context
 def undeliverable_cmd(ctx: click.Context) -> None:
     """Messages marked UNDELIVERABLE (moved to the exception queue), newest first."""
-    from changeflow.schedules.ui import undeliverable_rows
+    from changeflow.views.schedules import undeliverable_rows
 
     rows = undeliverable_rows(load(ctx.obj["config"]))
     emit(rows, current_output(), [

@@ -7,6 +7,7 @@
 - :mod:`~changeflow.schedules.alerts`: email and webhook notifications.
 - :mod:`~changeflow.schedules.timetable`: the Airflow timetable (one DAG run per window).
 - :mod:`~changeflow.schedules.airflow_ops`: pausing and unpausing the DAG of a schedule.
+- :mod:`~changeflow.schedules.forms`: altering and backfilling a schedule from a form.
 
 See ``docs/schedules.md``.
 """

@@ -22,12 +22,10 @@ import datetime as dt
 import logging
 import time
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 from changeflow.config import PipelineConfig
 from changeflow.errors import ConfigError
-from changeflow.jvm import jars_root
 
 log = logging.getLogger(__name__)
 IN_FLIGHT = ("queued", "running")
@@ -51,25 +49,6 @@ def timetable_for(sched: dict[str, Any], config: str | None = None,
                                       next_time=sched.get("next_time"),
                                       latency=sched.get("latency", 3.0), config=config,
                                       propagation=propagation)
-
-
-def window_task(name: str, spec: dict[str, Any], root: Path, **callbacks: Any) -> Any:
-    """The one task of a window run: the Spark window job (see ``PropagationWindowOperator``).
-
-    Only a start-up failure the job could not count (exit 75) is retried by Airflow, at
-    exactly 30 s, 60 s, 120 s; failures inside the window follow the schedule's own
-    backoff (seed 002), so the job's exit 1 is never retried by Airflow.
-    """
-    from changeflow.airflow.operators import PropagationWindowOperator
-    from changeflow.airflow.submit import SparkJobSpec, operator_kwargs
-
-    config = str(root / spec["config"])
-    job = SparkJobSpec(kind="propagation_window", name=name, config=config,
-                       jobs_dir=str(root / "jobs"), jars_dir=str(jars_root() / "spark"),
-                       conn_id=spec.get("conn_id", "spark_default"),
-                       conf=spec.get("spark", {}))
-    return PropagationWindowOperator(task_id="window", config=config, propagation=name,
-                                     **operator_kwargs(job), **callbacks)
 
 
 def _retry_locked(fn: Any, *args: Any, tries: int = 6, **kwargs: Any) -> Any:

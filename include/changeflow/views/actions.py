@@ -116,15 +116,15 @@ def release_batch(cfg: Any, params: dict[str, Any], config_path: str) -> str:
     return f"batch {seq} of {q.name}@{q.site} released as batch {new}"
 
 
-def row_actions(view: str) -> list[Any]:
-    """The page's buttons for a view's rows (none for most views)."""
-    from changeflow.airflow.ui.registry import RowAction
-
+def row_actions(view: str) -> list[dict[str, Any]]:
+    """The page's buttons for a view's rows (none for most views), as the keyword
+    arguments of the page registry's ``RowAction``."""
     if view == "apply-errors":
-        return [RowAction("execute", "Re-execute", execute_apply_error, ("apply", "id")),
-                RowAction("delete", "Delete", delete_apply_error, ("apply", "id"),
-                          danger=True)]
+        return [dict(name="execute", label="Re-execute", run=execute_apply_error,
+                     keys=("apply", "id")),
+                dict(name="delete", label="Delete", run=delete_apply_error,
+                     keys=("apply", "id"), danger=True)]
     if view == "exceptions":
-        return [RowAction("release", "Release", release_batch, ("queue", "batch"),
-                          when={"state": "QUARANTINED"})]
+        return [dict(name="release", label="Release", run=release_batch,
+                     keys=("queue", "batch"), when={"state": "QUARANTINED"})]
     return []

@@ -52,8 +52,8 @@ def propagations(cfg: PipelineConfig, component: str | None = None) -> list[dict
     Raises:
         UnknownComponentError: ``component`` is not a propagation of the pipeline.
     """
-    from changeflow.schedules import ui
     from changeflow.schedules.store import ScheduleStore
+    from changeflow.views import schedules as ui
 
     check_component(cfg, "propagation", component)
     out = []

@@ -16,8 +16,8 @@ from typing import Any
 from changeflow.config import PipelineConfig
 from changeflow.propagation import PropagationResult
 from changeflow.schedules.job import watchdog
-from changeflow.schedules.ui import schedule_rows
 from changeflow.schedules.window import ensure_schedule, run_window
+from changeflow.views.schedules import schedule_rows
 
 
 def _empty(spark: Any, cfg: Any, name: str, **_kw: Any) -> PropagationResult:

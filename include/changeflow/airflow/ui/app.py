@@ -79,7 +79,7 @@ def _call(fn: Any, cfg: Any, pipeline: str) -> Any:
 
 def _action(cfg: Any, pipeline: str, name: str, action: str, body: dict[str, Any],
             user: str | None) -> dict[str, Any]:
-    from changeflow.schedules import airflow_ops, ui
+    from changeflow.schedules import airflow_ops, forms
 
     dag = airflow_ops.dag_id(pipeline, name)
     cfg.component("propagation", name)
@@ -88,14 +88,14 @@ def _action(cfg: Any, pipeline: str, name: str, action: str, body: dict[str, Any
                                  user=user)
         return {"message": res.message, "dag_paused": res.paused, "in_flight": res.in_flight}
     if action == "alter":
-        row = ui.alter(cfg, name, body)
+        row = forms.alter(cfg, name, body)
         return {"message": f"schedule of {name} altered: {row['summary']}"}
     if action == "trigger":
         run_id = airflow_ops.trigger(dag, user=user, by="ui",
                                      note=f"triggered from the changeflow page by {user}")
         return {"message": f"run {run_id} of {dag} started", "run_id": run_id}
-    start = ui.parse_time(body.get("from"), "from")
-    end = ui.parse_time(body.get("to"), "to")
+    start = forms.parse_time(body.get("from"), "from")
+    end = forms.parse_time(body.get("to"), "to")
     made = airflow_ops.backfill(dag, start, end, user=user)
     return {"message": f"backfill {made['id']} of {dag}: {made['runs']} windows to run",
             **made}
@@ -198,10 +198,10 @@ def create_app() -> FastAPI:
 
     @app.get("/schedules.json")
     def schedules_json(pipeline: str | None = None, user: Any = user_dep) -> JSONResponse:
-        from changeflow.schedules import ui
+        from changeflow.views import schedules
 
         _authorize(user, "GET")
         ref, cfg = _pipeline(pipeline)
-        return JSONResponse(_plain(ui.schedule_rows(cfg, ref.name)))
+        return JSONResponse(_plain(schedules.schedule_rows(cfg, ref.name)))
 
     return app

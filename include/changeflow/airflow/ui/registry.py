@@ -154,14 +154,36 @@ def _builtin() -> None:
     """The built-in sections: schedules, then the dictionary views (on first use)."""
     if "schedules" in _SECTIONS:
         return
-    from changeflow.schedules import ui
+    from changeflow.views import schedules
 
-    register("schedules", "Propagation schedules", ui.schedule_rows, renderer="schedules",
-             order=10, description="One DAG per propagation, one run per window (seed 002).")
-    register("undeliverable", "UNDELIVERABLE messages", ui.undeliverable_rows,
-             ui.UNDELIVERABLE_COLUMNS, order=20,
+    register("schedules", "Propagation schedules", schedules.schedule_rows,
+             renderer="schedules", order=10,
+             description="One DAG per propagation, one run per window (seed 002).")
+    register("undeliverable", "UNDELIVERABLE messages", schedules.undeliverable_rows,
+             _columns(schedules.UNDELIVERABLE_COLUMNS), order=20,
              description="Messages an application error made undeliverable, moved to the "
                          "exception queue (seed 002).")
-    from changeflow.views.ui import register_sections
+    view_sections()  # the dictionary views (captures, applies, queues, rules, lag, ...)
 
-    register_sections()  # the dictionary views (captures, applies, queues, rules, lag, ...)
+
+def _columns(declared: Sequence[tuple[str, ...]]) -> list[Column]:
+    """Columns from a view's ``(key, kind[, header])`` declarations."""
+    return [Column(c[0], c[1], c[2] if len(c) > 2 else None) for c in declared]
+
+
+def view_sections(order: int = 100) -> list[str]:
+    """Register one page section per dictionary view (:data:`changeflow.views.VIEWS`),
+    with the row actions the views declare. Returns the section ids."""
+    from changeflow.views import VIEWS
+    from changeflow.views.actions import row_actions
+
+    ids = []
+    for i, view in enumerate(VIEWS.values()):
+        def fetch(cfg: Any, view: Any = view) -> list[dict[str, Any]]:
+            return view.fetch(cfg)
+
+        section = register(f"view-{view.name}", view.title, fetch, _columns(view.columns),
+                           order=order + i, description=f"Like Oracle's {view.oracle}.",
+                           actions=[RowAction(**a) for a in row_actions(view.name)])
+        ids.append(section.id)
+    return ids

@@ -1,4 +1,4 @@
-"""What the changeflow page shows of schedules, and the actions it offers (no HTTP here).
+"""The schedules as the changeflow page and ``changeflow schedules`` show them.
 
 :func:`schedule_rows` is the ``user_queue_schedules`` view of every configured
 propagation, completed with what an operator needs at a glance: the schedule's
@@ -6,28 +6,23 @@ propagation, completed with what an operator needs at a glance: the schedule's
 ``auto-disabled`` with the reason), its DAG (paused, runs in flight) and a stale
 ``process`` entry cleared. Listing creates the configured schedule of a propagation
 that has none, as the CLI does, so there is never a "(no schedule)" row.
-
-The HTTP side is :mod:`changeflow.airflow.ui.app`; the CLI uses the same functions.
+:func:`undeliverable_rows` lists the UNDELIVERABLE records. The page's registry
+(:mod:`changeflow.airflow.ui.registry`) shows both; the CLI uses the same functions.
 """
 
 from __future__ import annotations
 
 import datetime as dt
-import logging
 from typing import Any
 
-from changeflow.airflow.ui.registry import Column
 from changeflow.config import PipelineConfig
-from changeflow.errors import ConfigError
-
-log = logging.getLogger(__name__)
 
 UNDELIVERABLE_COLUMNS = (
-    Column("propagation"), Column("source_queue", header="source queue"),
-    Column("source_seq", "count", "source batch"), Column("n_messages", "count", "messages"),
-    Column("exception_queue", header="exception queue"),
-    Column("exception_seq", "count", "exception batch"), Column("state", "state"),
-    Column("error_message", header="error"), Column("created_at", "time", "when"),
+    ("propagation", "text"), ("source_queue", "text", "source queue"),
+    ("source_seq", "count", "source batch"), ("n_messages", "count", "messages"),
+    ("exception_queue", "text", "exception queue"),
+    ("exception_seq", "count", "exception batch"), ("state", "state"),
+    ("error_message", "text", "error"), ("created_at", "time", "when"),
 )
 
 
@@ -103,46 +98,3 @@ def undeliverable_rows(cfg: PipelineConfig) -> list[dict[str, Any]]:
     for p in cfg.propagations:
         out.extend(schedule_store(cfg, p.name).undeliverable(p.name))
     return sorted(out, key=lambda r: r["id"], reverse=True)
-
-
-def _seconds(value: Any, what: str) -> float | None:
-    if value is None or value == "":
-        return None
-    try:
-        v = float(value)
-    except (TypeError, ValueError) as exc:
-        raise ConfigError(f"{what} must be a number of seconds, got {value!r}") from exc
-    return v
-
-
-def alter(cfg: PipelineConfig, name: str, body: dict[str, Any]) -> dict[str, Any]:
-    """Alter a schedule's window and latency from a form (``duration``, ``next_time``,
-    ``latency`` in seconds; ``infinite`` true sets duration NULL)."""
-    from changeflow.schedules.window import ensure_schedule
-
-    cfg.component("propagation", name)
-    changes: dict[str, Any] = {}
-    for key in ("duration", "next_time", "latency"):
-        if key in body:
-            changes[key] = _seconds(body[key], key)
-    if body.get("infinite"):
-        changes["duration"] = None
-    if "latency" in changes and changes["latency"] is None:
-        raise ConfigError("latency cannot be empty")
-    store = ensure_schedule(cfg, name, dt.datetime.now(dt.UTC))
-    return store.alter(name, **changes).as_dict()
-
-
-def parse_time(value: Any, what: str) -> dt.datetime:
-    """An ISO time from a form, UTC when no zone is given.
-
-    >>> parse_time("2024-03-01T00:00", "from").isoformat()
-    '2024-03-01T00:00:00+00:00'
-    """
-    if not value:
-        raise ConfigError(f"{what} is required (ISO time, e.g. 2024-03-01T00:00Z)")
-    try:
-        t = dt.datetime.fromisoformat(str(value).replace("Z", "+00:00"))
-    except ValueError as exc:
-        raise ConfigError(f"{what}: not an ISO time: {value!r}") from exc
-    return t if t.tzinfo else t.replace(tzinfo=dt.UTC)
