@@ -69,7 +69,7 @@ def rule_filter(
     pair = rule_sets(cfg, kind, name)
     if pair is None or (pair.positive is None and pair.negative is None):
         return None
-    from changeflow.obs.rulestats import observed
+    from changeflow.rules.stats import observed
     from changeflow.transform.client import transforming_rules, with_transformations
 
     run = observed(kind, name, pair, with_transformations(pair))

@@ -20,7 +20,7 @@ from typing import Any
 
 import click
 
-from changeflow.obs.logs import _StderrHandler as FollowingStderr
+from changeflow.logs import _StderrHandler as FollowingStderr
 
 #: ``ctx.meta`` key (shared by every context of one invocation): ``--verbose`` given
 VERBOSE = "changeflow.verbose"
@@ -46,7 +46,7 @@ def setup_logging(verbose: bool) -> Callable[[], None]:
     command calls it when it ends, so that a command invoked in-process leaves the
     calling program's logging alone.
     """
-    from changeflow.obs.logs import run_logger
+    from changeflow.logs import run_logger
 
     root, runs = logging.getLogger(), run_logger()
     py4j = logging.getLogger("py4j")

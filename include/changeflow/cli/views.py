@@ -77,7 +77,7 @@ def metrics() -> None:
 @config_option
 def serve(port: int, host: str, config_path: str) -> None:
     """Serve /metrics (Prometheus text format) until interrupted."""
-    from changeflow.obs.metrics import serve as run_server
+    from changeflow.views.metrics import serve as run_server
 
     load(config_path)
     server, _ = run_server(config_path, port=port, host=host)
@@ -93,7 +93,7 @@ def serve(port: int, host: str, config_path: str) -> None:
 @config_option
 def show_metrics(config_path: str) -> None:
     """Print the metrics once, in Prometheus text format."""
-    from changeflow.obs.metrics import exposition
+    from changeflow.views.metrics import exposition
 
     load(config_path)
     click.echo(exposition(config_path), nl=False)

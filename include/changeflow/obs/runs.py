@@ -31,7 +31,9 @@ from typing import TYPE_CHECKING, Any
 
 from sqlalchemy import func, select, update
 
-from changeflow.obs import lag, logs, rulestats
+from changeflow import logs
+from changeflow.obs import lag
+from changeflow.rules import stats as rulestats
 from changeflow.state import schema_obs, utcnow
 
 if TYPE_CHECKING:

@@ -88,9 +88,9 @@ def filter_for_client(rule_filter: Any, table: pa.Table) -> pa.Table | None:
     sets are not simple enough (the caller runs them in Spark then).
 
     In a recorded run, the per-rule match counts are noted as the Spark filter's
-    observation notes them (:mod:`changeflow.obs.rulestats`).
+    observation notes them (:mod:`changeflow.rules.stats`).
     """
-    from changeflow.obs import rulestats
+    from changeflow.rules import stats as rulestats
 
     pair = getattr(rule_filter, "rule_sets", None)
     if pair is None:

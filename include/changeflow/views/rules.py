@@ -29,7 +29,7 @@ def rules(cfg: PipelineConfig, component: str | None = None) -> list[dict[str, A
 
     ``matched`` is how many messages the rule was TRUE for in the client's last run
     (``None`` when not counted: never run, or more rules than
-    :data:`changeflow.obs.rulestats.MAX_RULES`); ``evaluated`` how many it saw.
+    :data:`changeflow.rules.stats.MAX_RULES`); ``evaluated`` how many it saw.
 
     Raises:
         UnknownComponentError: ``component`` is no capture, propagation or apply.

@@ -16,7 +16,7 @@ from pathlib import Path
 from click.testing import CliRunner
 
 from changeflow.cli import main
-from changeflow.obs.logs import run_logger
+from changeflow.logs import run_logger
 
 
 def _logging_state() -> tuple[int, int, list[logging.Handler]]:

@@ -102,8 +102,8 @@ def test_views_after_a_run(spark: Any, tmp_path: Path, capfd: Any, monkeypatch: 
 def test_metrics_endpoint(spark: Any, tmp_path: Path) -> None:
     from prometheus_client.parser import text_string_to_metric_families
 
-    from changeflow.obs.metrics import serve
     from changeflow.testing.pg_cluster import free_port
+    from changeflow.views.metrics import serve
 
     cfg = _pipeline(spark, tmp_path)
     run_component(spark, cfg, "capture", "cap")

@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from changeflow.obs import logs
+from changeflow import logs
 
 
 @pytest.fixture(autouse=True)
@@ -101,7 +101,7 @@ def test_an_unwritable_file_falls_back_to_stderr_and_says_so(
     (tmp_path / "a-file").write_text("")
     bad = tmp_path / "a-file" / "events.jsonl"  # its parent is a file
     monkeypatch.setenv(logs.EVENTS_ENV, str(bad))
-    with caplog.at_level(logging.WARNING, logger="changeflow.obs.logs"):
+    with caplog.at_level(logging.WARNING, logger="changeflow.logs"):
         logs.event("end", component="propagation:p")
     assert any(str(bad) in r.getMessage() and "CHANGEFLOW_EVENTS" in r.getMessage()
                for r in caplog.records)

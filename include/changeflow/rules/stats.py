@@ -3,7 +3,7 @@
 A client's filter (:func:`observed`) counts, during the stage's own Spark action (a
 ``DataFrame.observe``, no extra pass), the messages it evaluated and, per rule of its
 positive and negative rule sets, those for which the rule was TRUE. The run recorder
-(:mod:`.runs`) stores them once the run is over. Clients with more than
+(:mod:`changeflow.obs.runs`) stores them once the run is over. Clients with more than
 :data:`MAX_RULES` rules count messages in and out only (each counted rule is one
 more expression per message).
 """
@@ -16,7 +16,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from changeflow.obs import logs
+from changeflow import logs
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame
@@ -39,7 +39,7 @@ class Pending:
 
 
 # keyed by (kind, client, run id): only a recorded run (one with a run id in its log
-# context, see :mod:`.runs`) collects its counts, and never another run's
+# context, see :mod:`changeflow.obs.runs`) collects its counts, and never another run's
 _PENDING: dict[tuple[str, str, str], list[Pending]] = {}
 _LOCK = threading.Lock()
 
