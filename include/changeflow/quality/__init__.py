@@ -28,6 +28,11 @@ from changeflow.quality.batch import (
 )
 from changeflow.quality.policy import QualityError, QualityReport, blocking_policy
 from changeflow.quality.target import check_target
+from changeflow.quality.validator import warm_up
+from changeflow.queues import io as _queue_io
+
+if warm_up not in _queue_io.WARM_UPS:  # a queue write asked to warm the checks up
+    _queue_io.WARM_UPS.append(warm_up)
 
 __all__ = [
     "HopCounters",

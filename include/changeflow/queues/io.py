@@ -8,7 +8,7 @@ data once.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import TYPE_CHECKING
 
@@ -19,6 +19,11 @@ from changeflow.queues.catalog import Batch, NewBatch, QueueCatalog
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
     from pyspark.sql.types import DataType, StructType
+
+
+#: What a write with ``warm_quality`` starts beside it (queues know nothing of what checks
+#: their batches: :mod:`changeflow.quality` appends its warm-up when it is imported).
+WARM_UPS: list[Callable[[], None]] = []
 
 
 def conform(df: DataFrame, *, origin: str | None = None) -> DataFrame:
@@ -49,8 +54,9 @@ def write_batch(
 ) -> NewBatch | None:
     """Write messages as a new, not yet visible, batch of ``queue``.
 
-    ``warm_quality``: the stage checks the batch next; GX is imported beside the write
-    (:func:`changeflow.quality.validator.warm_up`).
+    ``warm_quality``: the stage checks the batch next; the checks warm up beside the
+    write (:data:`WARM_UPS`: Great Expectations' import, which :mod:`changeflow.quality`
+    registers).
 
     Returns:
         The batch to hand to :meth:`QueueCatalog.commit_batch`, or ``None`` when
@@ -70,9 +76,8 @@ def write_batch(
         F.min(F.coalesce("commit_time", "enq_time")).alias("oldest"),
     )
     if warm_quality:
-        from changeflow.quality.validator import warm_up
-
-        warm_up()
+        for warm_up in WARM_UPS:
+            warm_up()
     try:
         observed.write.mode("errorifexists").parquet(path)
     except BaseException:
