@@ -266,7 +266,12 @@ def demo_cmd(people: int, config_path: str) -> None:
     """The MCQ demo's PostgreSQL part: triggers, pump, backfill, the Insite listener."""
     from changeflow.config import load_config
     from changeflow.mcq.demo import run_demo
+    from changeflow.testing.pg_cluster import PgCluster
 
-    ok = run_demo(load_config(config_path), people=people, echo=click.echo)
+    pg = PgCluster().start()  # throwaway: the demo needs no server of its own
+    try:
+        ok = run_demo(load_config(config_path), pg, people=people, echo=click.echo)
+    finally:
+        pg.stop()
     if not ok:
         raise click.ClickException("MCQ demo FAILED")

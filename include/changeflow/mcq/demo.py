@@ -1,7 +1,7 @@
 """The Meta Change Queue demo's PostgreSQL part (``changeflow mcq demo``; ``make demo``).
 
 On a throwaway PostgreSQL cluster (:class:`~changeflow.testing.pg_cluster.PgCluster`,
-started and removed here, so the demo needs no server of its own):
+which ``changeflow mcq demo`` starts and removes, so the demo needs no server of its own):
 
 1. ``hrdb``: people, their telephones and logins; ``insite``: the space-management
    system with its import table ``simon_person_import`` and the vendor's trigger
@@ -26,7 +26,7 @@ from __future__ import annotations
 import os
 import random
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from changeflow.mcq import triggers, views
 from changeflow.mcq.listeners.runner import run_listener
@@ -36,7 +36,19 @@ from changeflow.mcq.store import open_mcq, section
 
 if TYPE_CHECKING:
     from changeflow.config import PipelineConfig
-    from changeflow.testing.pg_cluster import PgCluster
+
+
+class PgCluster(Protocol):
+    """The PostgreSQL server the demo creates its databases in (a started
+    :class:`changeflow.testing.pg_cluster.PgCluster`)."""
+
+    def createdb(self, db: str) -> str:
+        """Create a database; returns its URL."""
+        ...
+
+    def sql(self, db: str, text: str) -> str:
+        """Run a SQL script in a database."""
+        ...
 
 HRDB = """
 CREATE TABLE people (person_id integer PRIMARY KEY, lastname text, firstname text,
@@ -153,48 +165,43 @@ def actual(pg: PgCluster) -> dict[int, tuple[str, str, str]]:
     return out
 
 
-def run_demo(cfg: PipelineConfig, *, people: int = 40,
+def run_demo(cfg: PipelineConfig, pg: PgCluster, *, people: int = 40,
              echo: Callable[[str], Any] = print) -> bool:
-    """Run the demo (see the module doc). Returns whether the verification passed."""
-    from changeflow.testing.pg_cluster import PgCluster
-
-    pg = PgCluster().start()
-    try:
-        os.environ["CHANGEFLOW_MCQ_HRDB_URL"] = pg.createdb("hrdb")
-        os.environ["CHANGEFLOW_MCQ_INSITE_URL"] = pg.createdb("insite")
-        _seed(pg, people, random.Random(4))
-        mcq = open_mcq(cfg)
-        mcq.sync(section(cfg))
-        for name in ("FEED", "Insite", "LDAP"):
-            views.flush(mcq.store, name, confirm=name)
-        for spec in TRIGGERS:
-            done = triggers.install(mcq.store, os.environ["CHANGEFLOW_MCQ_HRDB_URL"], spec)
-            echo(f"trigger {', '.join(done['triggers'])} on {done['table']} -> {done['pair']} "
-                 f"({done['mode']})")
-        hrdb = os.environ["CHANGEFLOW_MCQ_HRDB_URL"]
-        for attempt in (1, 2):
-            r = refresh(mcq.store, "Insite", "PERSON", "PEOPLE",
-                        rows_from_query(hrdb, "SELECT person_id FROM people"))
-            echo(f"backfill {attempt} of Insite: {r.queued} queued (bulk), "
-                 f"{r.already_pending} already pending")
-        first = run_listener(cfg, "Insite", once=True)
-        echo(f"listener Insite (initial load): {first.processed} processed")
-        _changes(pg, people)
-        p = pump(mcq.store, "hrdb", hrdb, strict=section(cfg).strict)
-        echo(f"pump hrdb: {p.moved} logged changes -> {p.entries} entries")
-        result = run_listener(cfg, "Insite", once=True)
-        echo(f"listener Insite (changes): {result.processed} processed, {result.put_back} "
-             "put back")
-        for err in result.errors:
-            echo(f"  put back: {err}")
-        want, got = expected(pg, {people + 2}), actual(pg)
-        # person 7 was deleted: Insite keeps them, as "Former-<status>"
-        ok = all(got.get(pid) == row for pid, row in want.items()) and \
-            got.get(7, ("", "", ""))[2].startswith("Former-") and result.put_back == 1 and \
-            first.processed == people and set(got) == set(want) | {7}
-        echo(f"sa_person: {len(got)} rows, {len(want)} current people; person 7 (deleted): "
-             f"{got.get(7, ('-', '-', '-'))[2]}")
-        echo(f"MCQ demo verification: {'PASSED' if ok else 'FAILED'}")
-        return ok
-    finally:
-        pg.stop()
+    """Run the demo (see the module doc) on a started cluster, which the caller stops.
+    Returns whether the verification passed."""
+    os.environ["CHANGEFLOW_MCQ_HRDB_URL"] = pg.createdb("hrdb")
+    os.environ["CHANGEFLOW_MCQ_INSITE_URL"] = pg.createdb("insite")
+    _seed(pg, people, random.Random(4))
+    mcq = open_mcq(cfg)
+    mcq.sync(section(cfg))
+    for name in ("FEED", "Insite", "LDAP"):
+        views.flush(mcq.store, name, confirm=name)
+    for spec in TRIGGERS:
+        done = triggers.install(mcq.store, os.environ["CHANGEFLOW_MCQ_HRDB_URL"], spec)
+        echo(f"trigger {', '.join(done['triggers'])} on {done['table']} -> {done['pair']} "
+             f"({done['mode']})")
+    hrdb = os.environ["CHANGEFLOW_MCQ_HRDB_URL"]
+    for attempt in (1, 2):
+        r = refresh(mcq.store, "Insite", "PERSON", "PEOPLE",
+                    rows_from_query(hrdb, "SELECT person_id FROM people"))
+        echo(f"backfill {attempt} of Insite: {r.queued} queued (bulk), "
+             f"{r.already_pending} already pending")
+    first = run_listener(cfg, "Insite", once=True)
+    echo(f"listener Insite (initial load): {first.processed} processed")
+    _changes(pg, people)
+    p = pump(mcq.store, "hrdb", hrdb, strict=section(cfg).strict)
+    echo(f"pump hrdb: {p.moved} logged changes -> {p.entries} entries")
+    result = run_listener(cfg, "Insite", once=True)
+    echo(f"listener Insite (changes): {result.processed} processed, {result.put_back} "
+         "put back")
+    for err in result.errors:
+        echo(f"  put back: {err}")
+    want, got = expected(pg, {people + 2}), actual(pg)
+    # person 7 was deleted: Insite keeps them, as "Former-<status>"
+    ok = all(got.get(pid) == row for pid, row in want.items()) and \
+        got.get(7, ("", "", ""))[2].startswith("Former-") and result.put_back == 1 and \
+        first.processed == people and set(got) == set(want) | {7}
+    echo(f"sa_person: {len(got)} rows, {len(want)} current people; person 7 (deleted): "
+         f"{got.get(7, ('-', '-', '-'))[2]}")
+    echo(f"MCQ demo verification: {'PASSED' if ok else 'FAILED'}")
+    return ok

@@ -41,7 +41,11 @@ def test_the_demo_end_to_end(tmp_path: Path, pg: PgCluster) -> None:
                                          "state_url": f"sqlite:///{tmp_path}/mcq.db"})
     cfg = cfg.model_copy(update={"mcq": mcq_cfg})
     lines: list[str] = []
-    assert run_demo(cfg, people=12, echo=lines.append), "\n".join(lines)
+    demo_pg = PgCluster().start()  # its own: the demo creates hrdb and insite
+    try:
+        assert run_demo(cfg, demo_pg, people=12, echo=lines.append), "\n".join(lines)
+    finally:
+        demo_pg.stop()
     text = "\n".join(lines)
     assert "backfill 2 of Insite: 0 queued (bulk), 12 already pending" in text
     assert "new person 14 has no first name" in text
