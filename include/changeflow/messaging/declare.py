@@ -72,6 +72,21 @@ def setup(cfg: PipelineConfig) -> None:
         _done[id(cfg)] = cfg
 
 
+def run_config(config_path: str) -> dict[str, dict[str, int]]:
+    """One time-manager pass over every site of a pipeline, declared first (for an
+    Airflow task).
+
+    Returns the report of each site, by site name.
+    """
+    from changeflow.config import load_config
+    from changeflow.messaging.timemanager import run_once
+    from changeflow.sites import site
+
+    cfg = load_config(config_path)
+    setup(cfg)
+    return {name: run_once(site(cfg, name).store).as_dict() for name in cfg.sites}
+
+
 class _Setup:
     def __init__(self, cfg: PipelineConfig) -> None:
         self.cfg = cfg

@@ -25,7 +25,8 @@ How it runs (any of these; passes are idempotent and may overlap safely):
 * ``changeflow aq time-manager`` (a loop, every ``--interval`` seconds; ``--once``
   for one pass): for a service manager or a container;
 * :func:`start_background` in any other long-running process;
-* an Airflow task calling :func:`run_config` (see ``docs/messaging.md``).
+* an Airflow task calling :func:`changeflow.messaging.declare.run_config` (see
+  ``docs/messaging.md``).
 """
 
 from __future__ import annotations
@@ -153,20 +154,6 @@ def start_background(stores: list[StateStore], interval: float = 1.0) -> threadi
                               name="changeflow-aq-time-manager", daemon=True)
     thread.start()
     return stop
-
-
-def run_config(config_path: str) -> dict[str, dict[str, int]]:
-    """One pass over every site of a pipeline configuration (for an Airflow task).
-
-    Returns the report of each site, by site name.
-    """
-    from changeflow.config import load_config
-    from changeflow.messaging.declare import setup
-    from changeflow.sites import site
-
-    cfg = load_config(config_path)
-    setup(cfg)
-    return {name: run_once(site(cfg, name).store).as_dict() for name in cfg.sites}
 
 
 def stores_of(config_paths: list[str]) -> list[StateStore]:
