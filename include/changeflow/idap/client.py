@@ -27,10 +27,9 @@ from changeflow.errors import (
     SecurityError,
     TerminalError,
 )
-from changeflow.idap.messages import q
 from changeflow.idap.parse import parse_xml
 from changeflow.idap.render import envelope, to_bytes
-from changeflow.idap.xmlns import CF_NS, IDAP_NS, SOAP_NS
+from changeflow.idap.xmlns import CF_NS, IDAP_NS, SOAP_NS, q
 
 
 class RemoteRequestError(TerminalError):

@@ -24,8 +24,7 @@ from xml.etree.ElementTree import Element, SubElement
 from changeflow import lcr
 from changeflow.errors import PayloadTypeError
 from changeflow.idap.errors import InvalidRequestError
-from changeflow.idap.messages import q
-from changeflow.idap.xmlns import children, local, text
+from changeflow.idap.xmlns import children, local, q, text
 
 _DEC = decimal.Decimal
 

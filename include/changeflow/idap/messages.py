@@ -10,24 +10,17 @@ recognised and does nothing (how HTTP propagation is exactly once).
 
 from __future__ import annotations
 
-import re
 from typing import Any
 from xml.etree.ElementTree import Element, SubElement
 
 from changeflow.idap import model as M
+from changeflow.idap.agents import agent
 from changeflow.idap.errors import InvalidRequestError
-from changeflow.idap.xmlns import IDAP_NS, by_name, children, local, number, required, text
+from changeflow.idap.xmlns import by_name, children, local, number, q, required, text
 from changeflow.messaging.model import Message
 
-_QUEUE_ADDRESS = re.compile(r"^[A-Za-z_][A-Za-z0-9_$#]*\.[A-Za-z_][A-Za-z0-9_$#]*(@\S+)?$")
 _HEADER = ("sender_id", "message_id", "correlation", "delay", "expiration", "priority",
            "recipient_list", "message_state", "exception_queue", "delivery_count")
-_AGENT = ("agent_name", "address", "protocol", "agent_alias")
-
-
-def q(name: str) -> str:
-    """A tag in the IDAP namespace."""
-    return f"{{{IDAP_NS}}}{name}"
 
 
 def parse_message_set(el: Element, path: str) -> tuple[M.OutMessage, ...]:
@@ -72,30 +65,13 @@ def _message(el: Element, path: str, position: int) -> M.OutMessage:
     return M.OutMessage(int(num) if num is not None else position, props, inner[0])
 
 
-def _agent(el: Element, path: str, *, address_is_queue: bool) -> str:
-    found = by_name(el, path, _AGENT)
-    if found.get("agent_alias") is not None:
-        raise InvalidRequestError(f"{path}/agent_alias needs an LDAP server to resolve it; give "
-                                  "agent_name (and address) instead")
-    name = text(found.get("agent_name")) or ""
-    address = text(found.get("address")) or ""
-    number(found, "protocol", path, integer=True)
-    if address and not address_is_queue and not _QUEUE_ADDRESS.match(address):
-        address = ""  # a sender's free-form address ("home"): not a queue, not kept
-    if address and not _QUEUE_ADDRESS.match(address):
-        raise InvalidRequestError(f"{path}/address {address!r} must be schema.queue[@site]")
-    if not name and not address:
-        raise InvalidRequestError(f"{path} needs an agent_name or an address")
-    return f"{name}@{address}" if name and address else (address or name)
-
-
 def _header(el: Element, path: str) -> dict[str, Any]:
     found = by_name(el, path, _HEADER)
     if "sender_id" not in found:
         raise InvalidRequestError(f"{path}/sender_id is required: a message_header must "
                                   "contain a sender_id (seed 003)")
     props: dict[str, Any] = {
-        "sender": _agent(found["sender_id"], f"{path}/sender_id", address_is_queue=False)}
+        "sender": agent(found["sender_id"], f"{path}/sender_id", address_is_queue=False)}
     for key, prop in (("message_id", "msg_id"), ("correlation", "correlation"),
                       ("exception_queue", "exception_queue")):
         if (value := text(found.get(key))) is not None:
@@ -112,7 +88,7 @@ def _header(el: Element, path: str) -> dict[str, Any]:
             if local(r) != "recipient":
                 raise InvalidRequestError(f"unknown element {rl_path}/{local(r)}; a "
                                           "recipient_list holds recipient elements")
-            recips.append(_agent(r, f"{rl_path}/recipient[{i}]", address_is_queue=True))
+            recips.append(agent(r, f"{rl_path}/recipient[{i}]", address_is_queue=True))
         if not recips:
             raise InvalidRequestError(f"{rl_path} is empty")
         props["recipients"] = recips

@@ -34,8 +34,9 @@ from xml.etree.ElementTree import Element, SubElement
 from sqlalchemy import select
 
 from changeflow.idap.config import IdapConfig
-from changeflow.idap.messages import message_set_element, q
+from changeflow.idap.messages import message_set_element
 from changeflow.idap.render import envelope
+from changeflow.idap.xmlns import q
 from changeflow.messaging import notify as N
 from changeflow.messaging.dequeue import from_row
 from changeflow.state import StateStore

@@ -33,8 +33,7 @@ from xml.etree.ElementTree import Element, SubElement
 
 from changeflow.errors import PayloadTypeError
 from changeflow.idap.errors import InvalidRequestError
-from changeflow.idap.messages import q
-from changeflow.idap.xmlns import by_name, children, local, text
+from changeflow.idap.xmlns import by_name, children, local, q, text
 from changeflow.messaging import payloads as P
 from changeflow.messaging import types as T
 from changeflow.messaging.model import Message
@@ -178,9 +177,9 @@ def _jms(el: Element, kind: str, path: str) -> Any:
                       tuple(_ORACLE_PROPS))
         for key, value_el in ojp.items():
             if key == "reply_to":
-                from changeflow.idap.messages import _agent
+                from changeflow.idap.agents import agent
 
-                props["JMSReplyTo"] = _agent(value_el, f"{path}/oracle_jms_properties/reply_to",
+                props["JMSReplyTo"] = agent(value_el, f"{path}/oracle_jms_properties/reply_to",
                                              address_is_queue=False)
             elif (value := text(value_el)) is not None:
                 props[_ORACLE_PROPS[key]] = int(value) if key == "groupseq" and \

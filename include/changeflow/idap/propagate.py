@@ -43,8 +43,7 @@ from changeflow.idap.client import (
     publish_request,
 )
 from changeflow.idap.lcrxml import encode_contract_row
-from changeflow.idap.messages import q
-from changeflow.idap.xmlns import CF_NS
+from changeflow.idap.xmlns import CF_NS, q
 from changeflow.propagation.transports import Transport
 
 if TYPE_CHECKING:

@@ -27,8 +27,7 @@ from xml.etree.ElementTree import Element, SubElement
 from xml.sax.saxutils import escape, quoteattr
 
 from changeflow.idap.errors import Fault
-from changeflow.idap.messages import q
-from changeflow.idap.xmlns import SOAP_NS, split
+from changeflow.idap.xmlns import SOAP_NS, q, split
 
 
 def _serialize(el: Element, parent_ns: str, out: list[str], prefixed: str = "") -> None:

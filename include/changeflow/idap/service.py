@@ -25,9 +25,10 @@ from changeflow.idap.auth import Users
 from changeflow.idap.config import IdapConfig
 from changeflow.idap.errors import InvalidRequestError
 from changeflow.idap.lookups import Lookups
-from changeflow.idap.messages import message_set_element, q
+from changeflow.idap.messages import message_set_element
 from changeflow.idap.render import response, result
 from changeflow.idap.sessions import HttpSession
+from changeflow.idap.xmlns import q
 from changeflow.messaging import admin, cache, privileges
 from changeflow.messaging import dictionary as D
 from changeflow.messaging.model import MessageProperties, agent_name

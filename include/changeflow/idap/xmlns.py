@@ -20,6 +20,11 @@ CF_NS = "urn:changeflow:idap:propagation"
 XSI_NS = "http://www.w3.org/2001/XMLSchema-instance"
 
 
+def q(name: str) -> str:
+    """A tag in the IDAP namespace."""
+    return f"{{{IDAP_NS}}}{name}"
+
+
 def split(tag: str) -> tuple[str, str]:
     """``{ns}local`` as ``(ns, local)``; an unqualified tag has namespace ``''``."""
     if tag.startswith("{"):
