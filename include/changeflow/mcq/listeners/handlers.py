@@ -5,19 +5,18 @@ applied to the listener's system (the runner then acknowledges it) and raises wh
 is not: a :class:`~changeflow.errors.TransientError` (the system is unreachable) ends
 the run, so the changes wait in the queue for the next one; any other error puts that
 one change back with a growing hold, and the run goes on with the others.
+
+The listeners' own handlers (:mod:`.xml`, :mod:`.pg_import`) build on this module; the
+runner (:func:`changeflow.mcq.listeners.runner.build_handler`) picks one by type.
 """
 
 from __future__ import annotations
 
 import importlib
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import Any, Protocol
 
 from changeflow.errors import ConfigError, TransientError
 from changeflow.mcq.model import ChangeRec
-
-if TYPE_CHECKING:
-    from changeflow.config import PipelineConfig
-    from changeflow.mcq.config import McqListener
 
 
 class Handler(Protocol):
@@ -50,35 +49,6 @@ class PythonHandler:
 
     def close(self) -> None:
         """Nothing to release."""
-
-
-def build_handler(cfg: PipelineConfig, listener: McqListener) -> Handler:
-    """The handler a listener's configuration describes.
-
-    Raises:
-        ConfigError: the listener has no handler, or a source cannot be resolved.
-    """
-    from changeflow.mcq.store import resolve_path, source_url
-
-    h = listener.handler
-    if h is None:
-        raise ConfigError(f"listener {listener.proc_name!r} has no handler (it is run by "
-                          "its own program through get_changes/ack_change)",
-                          file=cfg.source_path, key="mcq.listeners")
-    if h.type == "xml":
-        from changeflow.mcq.listeners.xml import XmlFeed
-
-        return XmlFeed(listener.proc_name,
-                       directory=resolve_path(cfg, h.directory) if h.directory else None,
-                       url=h.url, source_url=source_url(cfg, h.source) if h.source else None,
-                       queries=dict(h.queries))
-    if h.type == "pg_import":
-        from changeflow.mcq.listeners.pg_import import PgImport
-
-        return PgImport(source_url(cfg, h.source), source_url(cfg, h.target), h.import_table,
-                        dict(h.queries), key_columns=dict(h.key_columns),
-                        on_missing=h.on_missing)
-    return PythonHandler(h.callable)
 
 
 def fetch_rows(conn: Any, queries: dict[str, str], rec: ChangeRec) -> list[dict[str, Any]]:

@@ -26,6 +26,7 @@ from changeflow.mcq.model import ChangeRec
 
 if TYPE_CHECKING:
     from changeflow.config import PipelineConfig
+    from changeflow.mcq.config import McqListener
     from changeflow.mcq.consume import Worker
     from changeflow.mcq.listeners.handlers import Handler
 
@@ -167,7 +168,6 @@ def run_listener(cfg: PipelineConfig, name: str, *, duration: float | None = Non
     """
     from changeflow.errors import ConfigError
     from changeflow.mcq.config import seconds
-    from changeflow.mcq.listeners.handlers import build_handler
     from changeflow.mcq.store import open_mcq, section
 
     m = section(cfg)
@@ -193,3 +193,34 @@ def run_listener(cfg: PipelineConfig, name: str, *, duration: float | None = Non
     log.info("listener %s: %d processed, %d put back in %.1f s (%s)", name, result.processed,
              result.put_back, result.seconds, result.ended)
     return result
+
+
+def build_handler(cfg: PipelineConfig, listener: McqListener) -> Handler:
+    """The handler a listener's configuration describes.
+
+    Raises:
+        ConfigError: the listener has no handler, or a source cannot be resolved.
+    """
+    from changeflow.errors import ConfigError
+    from changeflow.mcq.listeners.handlers import PythonHandler
+    from changeflow.mcq.store import resolve_path, source_url
+
+    h = listener.handler
+    if h is None:
+        raise ConfigError(f"listener {listener.proc_name!r} has no handler (it is run by "
+                          "its own program through get_changes/ack_change)",
+                          file=cfg.source_path, key="mcq.listeners")
+    if h.type == "xml":
+        from changeflow.mcq.listeners.xml import XmlFeed
+
+        return XmlFeed(listener.proc_name,
+                       directory=resolve_path(cfg, h.directory) if h.directory else None,
+                       url=h.url, source_url=source_url(cfg, h.source) if h.source else None,
+                       queries=dict(h.queries))
+    if h.type == "pg_import":
+        from changeflow.mcq.listeners.pg_import import PgImport
+
+        return PgImport(source_url(cfg, h.source), source_url(cfg, h.target), h.import_table,
+                        dict(h.queries), key_columns=dict(h.key_columns),
+                        on_missing=h.on_missing)
+    return PythonHandler(h.callable)
