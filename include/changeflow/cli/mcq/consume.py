@@ -13,7 +13,7 @@ from typing import Any
 
 import click
 
-from changeflow.cli.mcq import (
+from changeflow.cli.mcq.group import (
     ENTRY_COLUMNS,
     LISTENER_COLUMNS,
     TABLE_COLUMNS,

@@ -1,7 +1,7 @@
 """``changeflow aq``: subscribers, access control, exception queues and the time manager.
 
-The queue and message commands are in :mod:`changeflow.cli.aq`; these register on
-the same ``aq`` group.
+The queue and message commands (and the ``aq`` group) are in :mod:`.queues`; these
+register on the same group.
 """
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ from typing import Any
 
 import click
 
-from changeflow.cli.aq import (
+from changeflow.cli.aq.queues import (
     MESSAGE_COLUMNS,
     SUBSCRIBER_COLUMNS,
     aq,

@@ -10,7 +10,7 @@ from typing import Any
 
 import click
 
-from changeflow.cli.mcq import clean_errors, mcq, mcq_config_option, open_cfg
+from changeflow.cli.mcq.group import clean_errors, mcq, mcq_config_option, open_cfg
 from changeflow.cli.output import Col, chosen, emit, output_option
 
 

@@ -1,4 +1,4 @@
-"""``changeflow aq``: Advanced Queuing for applications (DBMS_AQADM and DBMS_AQ).
+"""``changeflow aq``: the group, queues and messages (DBMS_AQADM and DBMS_AQ).
 
 Queues are named ``owner.name``, or ``owner.name@site`` when the pipeline declares
 several sites (``--site`` sets the default). Refusals print one line and exit 1 (bad
