@@ -97,6 +97,7 @@ render: setup
 
 lint: setup
 	$(VENV)/bin/ruff check include tests dags jobs plugins bench
+	$(VENV)/bin/lint-imports --no-cache --no-logo  # the floors (docs/architecture.md#floors)
 
 typecheck: setup
 	$(VENV)/bin/mypy include/changeflow
