@@ -17,6 +17,7 @@ from changeflow.clients import check_references
 from changeflow.config import PipelineConfig, load_config
 from changeflow.errors import EXIT_FAILED, EXIT_OK, exit_code, is_transient
 from changeflow.obs.runs import recorded
+from changeflow.pipeline import Client, Pipeline, resolve
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -35,47 +36,61 @@ def rule_filter_for(
 
 
 @recorded
-def run_component(spark: SparkSession, cfg: PipelineConfig, kind: str, name: str, *,
-                  lease_wait: float = 0.0) -> Any:
+def run_component(spark: SparkSession, cfg: PipelineConfig | Pipeline, kind: str, name: str,
+                  *, lease_wait: float = 0.0) -> Any:
     """Run one capture, propagation, apply or demo verification once.
+
+    The configuration is resolved once (:func:`changeflow.obs.runs.recorded` hands this
+    function the run's :class:`~changeflow.pipeline.Pipeline`), and the stages take
+    their queues, stores and rule-set filter from it.
 
     Args:
         lease_wait: seconds to wait when another run of the component holds its lease.
     """
+    pipe = resolve(cfg)
     if kind == "verify":
         from changeflow.demo.verify import verify
 
-        return verify(spark, cfg, name)
-    rule_filter = rule_filter_for(cfg, kind, name)
-    spec = cfg.component(kind, name)
+        return verify(spark, pipe.cfg, name)
+    client = pipe.client(kind, name)
     if kind == "capture":
-        if spec.source.type == "debezium":
-            from changeflow.debezium.capture import run_debezium_capture
-
-            return run_debezium_capture(spark, cfg, name, rule_filter, lease_wait=lease_wait)
-        if spec.source.type == "kafka":
-            from changeflow.debezium.kafka import run_kafka_capture
-
-            return run_kafka_capture(spark, cfg, name, rule_filter, lease_wait=lease_wait)
-        if spec.source.type == "postgres":
-            from changeflow.capture.postgres import run_pg_capture
-
-            return run_pg_capture(spark, cfg, name, rule_filter=rule_filter,
-                                  busy_wait=max(lease_wait, 1.0))
-        from changeflow.capture.snapshot import run_capture
-
-        return run_capture(spark, cfg, name, rule_filter, lease_wait=lease_wait)
+        return _capture(spark, pipe, client, lease_wait)
     if kind == "propagation":
         from changeflow.propagation import propagate_once
 
-        return propagate_once(spark, cfg, name, rule_filter=rule_filter, lease_wait=lease_wait)
-    if spec.target is not None:
+        return propagate_once(spark, pipe, name, rule_filter=client.rule_filter,
+                              lease_wait=lease_wait)
+    # the apply's entry points take the configuration and the rule-set filter
+    if client.spec.target is not None:
         from changeflow.apply.postgres import apply_pg_once
 
-        return apply_pg_once(spark, cfg, name, rule_filter=rule_filter, lease_wait=lease_wait)
+        return apply_pg_once(spark, pipe.cfg, name, rule_filter=client.rule_filter,
+                             lease_wait=lease_wait)
     from changeflow.apply.engine import apply_once
 
-    return apply_once(spark, cfg, name, rule_filter=rule_filter, lease_wait=lease_wait)
+    return apply_once(spark, pipe.cfg, name, rule_filter=client.rule_filter,
+                      lease_wait=lease_wait)
+
+
+def _capture(spark: SparkSession, pipe: Pipeline, client: Client, lease_wait: float) -> Any:
+    """Run a capture by its source type."""
+    name, rule_filter, source = client.name, client.rule_filter, client.spec.source.type
+    if source == "debezium":
+        from changeflow.debezium.capture import run_debezium_capture
+
+        return run_debezium_capture(spark, pipe.cfg, name, rule_filter, lease_wait=lease_wait)
+    if source == "kafka":
+        from changeflow.debezium.kafka import run_kafka_capture
+
+        return run_kafka_capture(spark, pipe.cfg, name, rule_filter, lease_wait=lease_wait)
+    if source == "postgres":
+        from changeflow.capture.postgres import run_pg_capture
+
+        return run_pg_capture(spark, pipe, name, rule_filter=rule_filter,
+                              busy_wait=max(lease_wait, 1.0))
+    from changeflow.capture.snapshot import run_capture
+
+    return run_capture(spark, pipe, name, rule_filter, lease_wait=lease_wait)
 
 
 def parse_args(kind: str, argv: Sequence[str] | None) -> argparse.Namespace:
@@ -103,7 +118,8 @@ def main(kind: str, argv: Sequence[str] | None = None) -> int:
         from changeflow.spark import get_session
 
         spark = get_session(f"changeflow-{kind}-{args.name}")
-        result = run_component(spark, cfg, kind, args.name, lease_wait=args.lease_wait)
+        result = run_component(spark, resolve(cfg), kind, args.name,
+                               lease_wait=args.lease_wait)
     except Exception as exc:  # noqa: BLE001  (every failure becomes a classified exit code)
         verdict = "transient, retry later" if is_transient(exc) else "terminal, not retried"
         log.error("%s %s failed (%s): %s", kind, args.name, verdict, exc,

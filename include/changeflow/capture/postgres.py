@@ -40,9 +40,10 @@ from changeflow.capture.pg_stream import SlotStream, StreamError, open_stream
 from changeflow.config import CaptureSpec, PipelineConfig, PostgresSource
 from changeflow.errors import ConfigError
 from changeflow.pgconn import connect, resolve_url
+from changeflow.pipeline import Pipeline, resolve
 from changeflow.queues import arrow_io
 from changeflow.queues.catalog import NewBatch
-from changeflow.sites import SiteRuntime, open_pipeline, queue_site
+from changeflow.sites import SiteRuntime
 from changeflow.state import schema, utcnow
 from changeflow.state.leases import Lease
 
@@ -141,19 +142,19 @@ BatchCheck = Callable[[NewBatch, "pa.Table"], object]
 
 
 def _quality_check(
-    spark: SparkSession | None, cfg: PipelineConfig, spec: CaptureSpec
+    spark: SparkSession | None, pipe: Pipeline, spec: CaptureSpec
 ) -> BatchCheck | None:
     """The quality check of captured batches (none without a session).
 
     Checked on the batch's Arrow table in memory; a batch that fails is checked
     again, and reported, by the Spark path (:func:`quality.check_arrow_batch`).
     """
-    if spark is None or not cfg.quality.enabled:
+    if spark is None or not pipe.cfg.quality.enabled:
         return None
     from changeflow import quality
 
     def check(batch: NewBatch, table: pa.Table) -> object:
-        return quality.check_arrow_batch(spark, cfg, stage=f"capture:{spec.name}",
+        return quality.check_arrow_batch(spark, pipe, stage=f"capture:{spec.name}",
                                          batch=batch, queue=spec.queue, table=table)
 
     return check
@@ -309,7 +310,7 @@ def _next_rows(stream: SlotStream | SlotPrefetch | None, name: str, wait: float
 
 def run_pg_capture(
     spark: SparkSession | None,
-    cfg: PipelineConfig,
+    cfg: PipelineConfig | Pipeline,
     name: str,
     *,
     rule_filter: RuleFilter | None = None,
@@ -326,7 +327,8 @@ def run_pg_capture(
 
     Args:
         spark: needed only when ``rule_filter`` is given (rules compile to Spark).
-        cfg: the pipeline; ``name`` must be a capture with a ``postgres`` source.
+        cfg: the pipeline (or the run's resolved one); ``name`` must be a capture with a
+            ``postgres`` source.
         rule_filter: the capture's rule sets, e.g. ``RuleSetPair.filter``.
         follow: keep polling when the slot is drained (until ``max_seconds``); otherwise
             return as soon as the slot has nothing more.
@@ -351,10 +353,10 @@ def run_pg_capture(
     """
     started = time.monotonic()
     arrowpool.use_jemalloc()
-    open_pipeline(cfg)
-    spec: CaptureSpec = cfg.component("capture", name)
+    pipe = resolve(cfg).open()
+    spec: CaptureSpec = pipe.cfg.component("capture", name)
     source = pg_source(spec)
-    rt, queue = queue_site(cfg, spec.queue)
+    rt, queue = pipe.queue(spec.queue).site, pipe.queue(spec.queue).name
     result = PgCaptureResult(name)
     url = resolve_url(source)
     with Lease(rt.store, f"capture:{name}", wait=busy_wait) as lease, connect(
@@ -382,7 +384,7 @@ def run_pg_capture(
                         result.streamed += 1
                 n = capture_step(reader, rt, queue, spec, result, spark=spark,
                                  rule_filter=rule_filter,
-                                 check=_quality_check(spark, cfg, spec), lease=lease,
+                                 check=_quality_check(spark, pipe, spec), lease=lease,
                                  rows=rows)
                 elapsed = time.monotonic() - started
                 if max_seconds is not None and elapsed >= max_seconds:

@@ -21,8 +21,9 @@ from sqlalchemy import select
 from changeflow import faults, fs, lcr, quality, values
 from changeflow.config import CaptureSpec, PipelineConfig, SnapshotSource, SnapshotTable
 from changeflow.errors import ConfigError, SchemaMismatchError
+from changeflow.pipeline import Pipeline, resolve
 from changeflow.queues import io as qio
-from changeflow.sites import SiteRuntime, open_pipeline, queue_site
+from changeflow.sites import SiteRuntime
 from changeflow.state import schema, utcnow
 from changeflow.state.leases import Lease
 
@@ -189,7 +190,7 @@ def _record(conn: object, capture: str, tables: list[str], n: int, scn: int) -> 
 
 def capture_snapshot(
     spark: SparkSession,
-    cfg: PipelineConfig,
+    cfg: PipelineConfig | Pipeline,
     spec: CaptureSpec,
     n: int,
     rule_filter: object | None = None,
@@ -203,7 +204,8 @@ def capture_snapshot(
     """
     from functools import reduce
 
-    rt, queue = queue_site(cfg, spec.queue)
+    pipe = resolve(cfg)
+    rt, queue = pipe.queue(spec.queue).site, pipe.queue(spec.queue).name
     src = snapshot_source(spec)
     dedup = f"capture:{spec.name}:snap={n}"
     if rt.catalog.find_dedup(queue, dedup) is not None:
@@ -228,8 +230,8 @@ def capture_snapshot(
     if rule_filter is not None:
         lcrs = rule_filter(lcrs)  # type: ignore[operator]
     batch = qio.write_batch(spark, rt.catalog, queue, lcrs, producer=f"capture:{spec.name}",
-                            dedup_key=dedup, warm_quality=cfg.quality.enabled)
-    report = quality.check_batch(spark, cfg, stage=f"capture:{spec.name}", batch=batch,
+                            dedup_key=dedup, warm_quality=pipe.cfg.quality.enabled)
+    report = quality.check_batch(spark, pipe, stage=f"capture:{spec.name}", batch=batch,
                                  queue=spec.queue)
     with rt.store.begin() as conn:
         if lease is not None:
@@ -249,7 +251,8 @@ def capture_snapshot(
 
 
 def run_capture(
-    spark: SparkSession, cfg: PipelineConfig, name: str, rule_filter: object | None = None,
+    spark: SparkSession, cfg: PipelineConfig | Pipeline, name: str,
+    rule_filter: object | None = None,
     *, lease_wait: float = 0.0,
 ) -> CaptureResult:
     """Capture every snapshot not captured yet, oldest first, holding the capture's lease.
@@ -257,9 +260,9 @@ def run_capture(
     Raises:
         LeaseHeldError: another run of this capture is active (transient).
     """
-    open_pipeline(cfg)
-    spec: CaptureSpec = cfg.component("capture", name)
-    rt, _ = queue_site(cfg, spec.queue)
+    pipe = resolve(cfg).open()
+    spec: CaptureSpec = pipe.cfg.component("capture", name)
+    rt = pipe.queue(spec.queue).site
     result = CaptureResult(name)
     with Lease(rt.store, f"capture:{name}", wait=lease_wait) as lease:
         todo: set[int] = set()
@@ -268,7 +271,7 @@ def run_capture(
             done = _progress(rt, name, t.name)
             todo.update(s for s in list_snapshots(spark, src, t.name) if s > done)
         for n in sorted(todo):
-            count = capture_snapshot(spark, cfg, spec, n, rule_filter, lease)
+            count = capture_snapshot(spark, pipe, spec, n, rule_filter, lease)
             result.snapshots.append(n)
             result.messages += count
             log.info("capture %s: snapshot %s -> %s messages", name, n, count)

@@ -44,6 +44,7 @@ from changeflow.idap.client import (
 )
 from changeflow.idap.lcrxml import encode_contract_row
 from changeflow.idap.xmlns import CF_NS, q
+from changeflow.pipeline import Pipeline, resolve
 from changeflow.propagation.transports import Transport
 
 if TYPE_CHECKING:
@@ -80,22 +81,24 @@ def probe(cfg: PipelineConfig, spec: PropagationSpec) -> None:
                 f"HTTP {resp.status_code}")
 
 
-def propagate_http(spark: SparkSession | None, cfg: PipelineConfig, spec: PropagationSpec,
-                   lease: Lease, rule_filter: Any = None,
+def propagate_http(spark: SparkSession | None, pipe: PipelineConfig | Pipeline,
+                   spec: PropagationSpec, lease: Lease, rule_filter: Any = None,
                    max_batches: int | None = None) -> PropagationResult:
     """One pass of an HTTP propagation (see the module docstring)."""
     from changeflow.messaging.propagate import MAX_PER_PASS, carry_user_messages
     from changeflow.propagation import PropagationResult
-    from changeflow.sites import queue_site
 
     started = time.monotonic()
+    pipe = resolve(pipe)
+    cfg = pipe.cfg
     remote = cfg.idap.remote(spec.destination_queue)
     assert remote is not None
     dst_q = spec.destination_queue.rpartition("@")[0].lower()
-    src_rt, src_q = queue_site(cfg, spec.source_queue)
+    src = pipe.queue(spec.source_queue)
+    src_rt, src_q = src.site, src.name
     result = PropagationResult(spec.name)
     with IdapClient.for_remote(remote) as client:
-        _batches(spark, cfg, spec, lease, rule_filter, max_batches, client, dst_q, result)
+        _batches(spark, pipe, spec, lease, rule_filter, max_batches, client, dst_q, result)
     address = cfg.qualify(spec.destination_queue)
     producer = f"propagation:{spec.name}"
     limit = min(MAX_PER_PASS, spec.limits.max_messages)
@@ -113,12 +116,14 @@ def _source_name(cfg: PipelineConfig, spec: PropagationSpec) -> str:
     return cfg.sites[site].database
 
 
-def _batches(spark: SparkSession | None, cfg: PipelineConfig, spec: PropagationSpec,
+def _batches(spark: SparkSession | None, pipe: Pipeline, spec: PropagationSpec,
              lease: Lease, rule_filter: Any, max_batches: int | None, client: IdapClient,
              dst_q: str, result: PropagationResult) -> None:
-    from changeflow.sites import consumer_name, queue_site
+    from changeflow.sites import consumer_name
 
-    src_rt, src_q = queue_site(cfg, spec.source_queue)
+    cfg = pipe.cfg
+    src = pipe.queue(spec.source_queue)
+    src_rt, src_q = src.site, src.name
     consumer = consumer_name("propagation", spec.name)
     limits = spec.limits
     batches = src_rt.catalog.pending(src_q, consumer, max_batches=max_batches,

@@ -50,6 +50,7 @@ from changeflow.messaging import types as T
 from changeflow.messaging.constants import State
 from changeflow.messaging.dequeue import from_row
 from changeflow.messaging.model import MessageProperties
+from changeflow.pipeline import Pipeline, resolve
 from changeflow.propagation.transports import Carrier
 from changeflow.state import StateStore, utcnow
 from changeflow.state import schema_messaging as S
@@ -74,8 +75,8 @@ class _Outcome:
     bytes: int = 0
 
 
-def propagate_user_messages(cfg: PipelineConfig, spec: PropagationSpec, lease: Lease,
-                            result: PropagationResult) -> PropagationResult:
+def propagate_user_messages(cfg: PipelineConfig | Pipeline, spec: PropagationSpec,
+                            lease: Lease, result: PropagationResult) -> PropagationResult:
     """Carry the user messages addressed to a propagation's destination (one pass).
 
     Adds what it did to ``result`` (one "batch" when anything was read) and returns it.
@@ -87,12 +88,12 @@ def propagate_user_messages(cfg: PipelineConfig, spec: PropagationSpec, lease: L
         LeaseLostError: the run lost its lease; nothing was committed at the destination.
     """
     from changeflow.messaging.declare import setup
-    from changeflow.sites import queue_site
 
-    setup(cfg)
-    src_rt, src_q = queue_site(cfg, spec.source_queue)
-    dst_rt, dst_q = queue_site(cfg, spec.destination_queue)
-    address = cfg.qualify(spec.destination_queue)
+    pipe = resolve(cfg)
+    setup(pipe.cfg)
+    src, dst = pipe.queue(spec.source_queue), pipe.queue(spec.destination_queue)
+    src_rt, src_q, dst_rt, dst_q = src.site, src.name, dst.site, dst.name
+    address = pipe.cfg.qualify(spec.destination_queue)
     producer = f"propagation:{spec.name}"
     run = f"{producer}:{uuid.uuid4().hex[:12]}"
     limit = min(MAX_PER_PASS, spec.limits.max_messages)

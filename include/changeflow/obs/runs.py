@@ -33,6 +33,7 @@ from sqlalchemy import func, select, update
 
 from changeflow import logs
 from changeflow.obs import lag
+from changeflow.pipeline import Pipeline, resolve
 from changeflow.rules import stats as rulestats
 from changeflow.state import schema_obs, utcnow
 
@@ -52,14 +53,11 @@ def run_id() -> str:
     return uuid.uuid4().hex[:16]
 
 
-def component_site(cfg: PipelineConfig, kind: str, name: str) -> tuple[SiteRuntime, str]:
+def component_site(pipe: Pipeline, kind: str, name: str) -> tuple[SiteRuntime, str]:
     """The site whose store records a component's runs, and the queue it reads or fills."""
-    from changeflow.sites import queue_site
-
-    spec = cfg.component(kind, name)
-    ref = spec.source_queue if kind == "propagation" else spec.queue
-    rt, queue = queue_site(cfg, ref)
-    return rt, queue
+    spec = pipe.cfg.component(kind, name)
+    q = pipe.queue(spec.source_queue if kind == "propagation" else spec.queue)
+    return q.site, q.name
 
 
 def _counts(result: Any) -> tuple[int | None, int | None]:
@@ -83,8 +81,8 @@ def _details(result: Any) -> str | None:
 class Recorder:
     """One run being recorded (see the module docstring)."""
 
-    def __init__(self, spark: Any, cfg: PipelineConfig, kind: str, name: str):
-        self.spark, self.cfg, self.kind, self.name = spark, cfg, kind, name
+    def __init__(self, spark: Any, pipe: Pipeline, kind: str, name: str):
+        self.spark, self.cfg, self.kind, self.name = spark, pipe.cfg, kind, name
         self.run_id = run_id()
         self.started = utcnow()
         self.t0 = time.monotonic()
@@ -92,7 +90,7 @@ class Recorder:
         self.stop = threading.Event()
         self.thread: threading.Thread | None = None
         self.pending_txns: list[tuple[int, list[tuple[str, Any]]]] = []
-        self.rt, self.queue = component_site(cfg, kind, name)
+        self.rt, self.queue = component_site(pipe, kind, name)
         self.fields = {"component": f"{kind}:{name}", "kind": kind, "name": name,
                        "run_id": self.run_id, "site": self.rt.name}
 
@@ -262,21 +260,26 @@ def _safely(what: str, fn: Callable[[], Any]) -> Any:
 
 
 def recorded(run: Callable[..., Any]) -> Callable[..., Any]:
-    """Decorate ``run_component(spark, cfg, kind, name, ...)`` to record its runs."""
+    """Decorate ``run_component(spark, cfg, kind, name, ...)`` to record its runs.
+
+    ``cfg`` (a configuration or a resolved pipeline) is resolved once, here: the run
+    gets the same :class:`~changeflow.pipeline.Pipeline` the recorder uses.
+    """
 
     @functools.wraps(run)
-    def wrapper(spark: Any, cfg: PipelineConfig, kind: str, name: str, *args: Any,
-                **kwargs: Any) -> Any:
+    def wrapper(spark: Any, cfg: PipelineConfig | Pipeline, kind: str, name: str,
+                *args: Any, **kwargs: Any) -> Any:
+        pipe = resolve(cfg)
         if kind not in ("capture", "propagation", "apply"):
-            return run(spark, cfg, kind, name, *args, **kwargs)
+            return run(spark, pipe, kind, name, *args, **kwargs)
         logs.use_json_logs()
-        rec = _safely("the run's start", lambda: Recorder(spark, cfg, kind, name))
+        rec = _safely("the run's start", lambda: Recorder(spark, pipe, kind, name))
         if rec is not None and _safely("the run's start", rec.begin) is None and \
                 rec.row_id is None:
             rec = None
         with logs.context(**(rec.fields if rec is not None else {})):
             try:
-                result = run(spark, cfg, kind, name, *args, **kwargs)
+                result = run(spark, pipe, kind, name, *args, **kwargs)
             except BaseException as exc:
                 if rec is not None:
                     failure = exc

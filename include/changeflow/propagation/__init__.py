@@ -37,9 +37,10 @@ from typing import TYPE_CHECKING
 from changeflow import faults, fs, quality
 from changeflow.config import PipelineConfig, PropagationSpec
 from changeflow.errors import DestinationUnavailableError
+from changeflow.pipeline import Pipeline, resolve
 from changeflow.propagation import transports
 from changeflow.queues import io as qio
-from changeflow.sites import SiteRuntime, consumer_name, open_pipeline, queue_site
+from changeflow.sites import SiteRuntime, consumer_name
 from changeflow.state.leases import Lease
 
 if TYPE_CHECKING:
@@ -77,7 +78,7 @@ class PropagationResult:
 
 def propagate_once(
     spark: SparkSession,
-    cfg: PipelineConfig,
+    cfg: PipelineConfig | Pipeline,
     name: str,
     *,
     rule_filter: RuleFilter | None = None,
@@ -88,6 +89,7 @@ def propagate_once(
     """Propagate pending source batches once, up to the propagation's pass limits.
 
     Args:
+        cfg: the configuration, or the run's resolved pipeline.
         max_batches: cap the pass at this many source batches (besides the limits).
         lease_wait: seconds to wait for a run that holds the lease.
         crash_after_destination_commit: a test hook that raises between the two
@@ -99,27 +101,28 @@ def propagate_once(
             first (transient; the next pass re-reads).
         QueueDroppedError: the destination queue was dropped (terminal).
     """
-    open_pipeline(cfg)
-    spec: PropagationSpec = cfg.component("propagation", name)
-    src_rt, _ = queue_site(cfg, spec.source_queue)
-    with Lease(src_rt.store, f"propagation:{name}", wait=lease_wait) as lease:
-        transport = transports.transport_for(cfg, spec)  # e.g. HTTP(S), SPEC §9
+    pipe = resolve(cfg).open()
+    spec: PropagationSpec = pipe.cfg.component("propagation", name)
+    src = pipe.queue(spec.source_queue)
+    with Lease(src.store, f"propagation:{name}", wait=lease_wait) as lease:
+        transport = transports.transport_for(pipe.cfg, spec)  # e.g. HTTP(S), SPEC §9
         if transport is not None:
-            return transport.propagate(spark, cfg, spec, lease, rule_filter, max_batches)
-        result = _propagate(spark, cfg, spec, lease, rule_filter, max_batches,
+            return transport.propagate(spark, pipe, spec, lease, rule_filter, max_batches)
+        result = _propagate(spark, pipe, spec, lease, rule_filter, max_batches,
                             crash_after_destination_commit)
         for carrier in transports.carriers():  # e.g. the user messages addressed to it
-            result = carrier.carry(cfg, spec, lease, result)
+            result = carrier.carry(pipe, spec, lease, result)
         return result
 
 
-def _propagate(spark: SparkSession, cfg: PipelineConfig, spec: PropagationSpec, lease: Lease,
+def _propagate(spark: SparkSession, pipe: Pipeline, spec: PropagationSpec, lease: Lease,
                rule_filter: RuleFilter | None, max_batches: int | None,
                crash: bool) -> PropagationResult:
     started = time.monotonic()
     name = spec.name
-    src_rt, src_q = queue_site(cfg, spec.source_queue)
-    dst_rt, dst_q = queue_site(cfg, spec.destination_queue)
+    cfg = pipe.cfg
+    src, dst = pipe.queue(spec.source_queue), pipe.queue(spec.destination_queue)
+    src_rt, src_q, dst_rt, dst_q = src.site, src.name, dst.site, dst.name
     consumer = consumer_name("propagation", name)
     producer = f"propagation:{name}"
     result = PropagationResult(name)
@@ -153,7 +156,7 @@ def _propagate(spark: SparkSession, cfg: PipelineConfig, spec: PropagationSpec, 
         )
     if new is not None:
         report = quality.check_batch(
-            spark, cfg, stage=producer, batch=new, queue=spec.destination_queue,
+            spark, pipe, stage=producer, batch=new, queue=spec.destination_queue,
             counters=quality.hop_counters(result.messages_read, entered, new.n_messages))
         faults.point("propagation.before_destination_commit")
         try:
@@ -179,7 +182,7 @@ def _propagate(spark: SparkSession, cfg: PipelineConfig, spec: PropagationSpec, 
     src_rt.catalog.ack(src_q, consumer, last)
     faults.point("propagation.after_source_ack")
     result.more_pending = bool(src_rt.catalog.pending(src_q, consumer, max_batches=1))
-    purge(spark, cfg, spec.source_queue)
+    purge(spark, pipe, spec.source_queue)
     result.seconds = time.monotonic() - started
     if failed is not None:
         raise failed
@@ -203,9 +206,9 @@ def _lease_guard(lease: Lease, same_store: bool) -> Callable[[Connection], None]
     return guard
 
 
-def purge(spark: SparkSession, cfg: PipelineConfig, queue_ref: str) -> int:
+def purge(spark: SparkSession, cfg: PipelineConfig | Pipeline, queue_ref: str) -> int:
     """Delete batches every consumer of a configured queue has acknowledged."""
     from changeflow.queues.retention import purge as purge_queue
 
-    rt, queue = queue_site(cfg, queue_ref)
-    return purge_queue(spark, rt.catalog, queue)
+    q = resolve(cfg).queue(queue_ref)
+    return purge_queue(spark, q.catalog, q.name)

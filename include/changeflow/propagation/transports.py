@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from changeflow.config import PipelineConfig, PropagationSpec
+    from changeflow.pipeline import Pipeline
     from changeflow.propagation import PropagationResult
     from changeflow.state.leases import Lease
 
@@ -39,8 +40,9 @@ class Transport:
     Attributes:
         name: the entry point's name.
         reaches: ``reaches(cfg, spec)``: whether this transport carries the propagation.
-        propagate: ``propagate(spark, cfg, spec, lease, rule_filter, max_batches)``: one
-            pass under the propagation's lease, returning its ``PropagationResult``.
+        propagate: ``propagate(spark, pipe, spec, lease, rule_filter, max_batches)``: one
+            pass under the propagation's lease (``pipe``: the run's resolved
+            :class:`~changeflow.pipeline.Pipeline`), returning its ``PropagationResult``.
         probe: ``probe(cfg, spec)``: raise ``DestinationUnavailableError`` when the
             destination does not answer (None: nothing to probe before a pass).
     """
@@ -57,12 +59,12 @@ class Carrier:
 
     Attributes:
         name: the entry point's name.
-        carry: ``carry(cfg, spec, lease, result)``: adds what it carried to ``result``
-            and returns it.
+        carry: ``carry(pipe, spec, lease, result)``: adds what it carried to ``result``
+            and returns it (``pipe``: the run's resolved pipeline).
     """
 
     name: str
-    carry: Callable[[PipelineConfig, PropagationSpec, Lease, PropagationResult],
+    carry: Callable[[Pipeline, PropagationSpec, Lease, PropagationResult],
                     PropagationResult]
 
 

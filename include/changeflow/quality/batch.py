@@ -22,12 +22,13 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from changeflow.config import PipelineConfig
+from changeflow.pipeline import Pipeline, resolve
 from changeflow.quality import facts, quarantine, results
 from changeflow.quality.policy import QualityError, QualityReport, blocking_policy, log_warnings
 from changeflow.quality.validator import validate
 from changeflow.queues.catalog import QUARANTINED, READY, NewBatch
 from changeflow.queues.quarantine import record_committed
-from changeflow.sites import SiteRuntime, queue_site
+from changeflow.sites import SiteRuntime
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -74,8 +75,8 @@ def hop_counters(read: int, observed: Observation, propagated: int) -> HopCounte
 
 
 def check_batch(
-    spark: SparkSession, cfg: PipelineConfig, *, stage: str, batch: NewBatch | None,
-    queue: str, counters: HopCounters | None = None,
+    spark: SparkSession, cfg: PipelineConfig | Pipeline, *, stage: str,
+    batch: NewBatch | None, queue: str, counters: HopCounters | None = None,
 ) -> QualityReport | None:
     """Validate a written, uncommitted batch of ``queue``; quarantine it if it fails.
 
@@ -83,7 +84,8 @@ def check_batch(
 
     Args:
         spark: the session.
-        cfg: the pipeline (its ``quality:`` section decides what blocks).
+        cfg: the pipeline (its ``quality:`` section decides what blocks), or the run's
+            resolved pipeline.
         stage: who wrote the batch, e.g. ``propagation:p12``.
         batch: what :func:`~changeflow.queues.io.write_batch` returned.
         queue: the queue reference, as in the configuration (``owner.name@site``).
@@ -93,11 +95,12 @@ def check_batch(
         The report; its ``status`` is ``failed`` when a blocking check failed (commit
         the batch with :func:`state_of` and call :func:`set_aside`).
     """
-    if batch is None or not cfg.quality.enabled:
+    pipe = resolve(cfg)
+    if batch is None or not pipe.cfg.quality.enabled:
         return None
     started = time.monotonic()
-    rt, qname = queue_site(cfg, queue)
-    policy = blocking_policy(cfg)
+    rt, qname = pipe.queue(queue).site, pipe.queue(queue).name
+    policy = blocking_policy(pipe.cfg)
     report = QualityReport(stage, qname, batch.batch_id, batch.n_messages)
     df = spark.read.schema(facts.read_schema()).parquet(batch.path)
     prior = results.prior_watermarks(rt.store, qname, batch.producer)
@@ -112,13 +115,13 @@ def check_batch(
     finally:
         txn.unpersist()
     _explain(report, ids, counters)
-    _samples(report, df, prior, cfg.quality.sample_rows)
+    _samples(report, df, prior, pipe.cfg.quality.sample_rows)
     return _finish(spark, rt, report, batch, marks, started)
 
 
 def check_arrow_batch(
-    spark: SparkSession, cfg: PipelineConfig, *, stage: str, batch: NewBatch | None,
-    queue: str, table: pa.Table,
+    spark: SparkSession, cfg: PipelineConfig | Pipeline, *, stage: str,
+    batch: NewBatch | None, queue: str, table: pa.Table,
 ) -> QualityReport | None:
     """:func:`check_batch` for a batch the stage still holds in memory as Arrow.
 
@@ -130,16 +133,17 @@ def check_arrow_batch(
     Args:
         table: the batch's messages, exactly as written.
     """
-    if batch is None or not cfg.quality.enabled:
+    pipe = resolve(cfg)
+    if batch is None or not pipe.cfg.quality.enabled:
         return None
     from changeflow.quality.arrow_facts import batch_facts
 
     started = time.monotonic()
-    rt, qname = queue_site(cfg, queue)
+    rt, qname = pipe.queue(queue).site, pipe.queue(queue).name
     found = batch_facts(table, results.prior_watermarks(rt.store, qname, batch.producer))
-    run = validate(found.rollup, "lcr_batch", blocking=blocking_policy(cfg))
+    run = validate(found.rollup, "lcr_batch", blocking=blocking_policy(pipe.cfg))
     if not run.success:
-        return check_batch(spark, cfg, stage=stage, batch=batch, queue=queue)
+        return check_batch(spark, pipe, stage=stage, batch=batch, queue=queue)
     report = QualityReport(stage, qname, batch.batch_id, batch.n_messages)
     report.runs.append(run)
     _explain(report, found.ids, None)
