@@ -33,17 +33,17 @@ from sqlalchemy.engine import Connection
 from changeflow.errors import QueueDroppedError
 from changeflow.messaging import dictionary as D
 from changeflow.messaging import types as T
-from changeflow.messaging.admin_agents import add_subscriber as add_subscriber
-from changeflow.messaging.admin_agents import alter_subscriber as alter_subscriber
-from changeflow.messaging.admin_agents import disable_db_access as disable_db_access
-from changeflow.messaging.admin_agents import enable_db_access as enable_db_access
-from changeflow.messaging.admin_agents import grant_queue_privilege as grant_queue_privilege
-from changeflow.messaging.admin_agents import remove_subscriber as remove_subscriber
-from changeflow.messaging.admin_agents import revoke_queue_privilege as revoke_queue_privilege
-from changeflow.messaging.admin_base import Target as Target
-from changeflow.messaging.admin_base import catalog as catalog
-from changeflow.messaging.admin_base import changes as _changes
-from changeflow.messaging.admin_base import store_of as _store
+from changeflow.messaging.admin.agents import add_subscriber as add_subscriber
+from changeflow.messaging.admin.agents import alter_subscriber as alter_subscriber
+from changeflow.messaging.admin.agents import disable_db_access as disable_db_access
+from changeflow.messaging.admin.agents import enable_db_access as enable_db_access
+from changeflow.messaging.admin.agents import grant_queue_privilege as grant_queue_privilege
+from changeflow.messaging.admin.agents import remove_subscriber as remove_subscriber
+from changeflow.messaging.admin.agents import revoke_queue_privilege as revoke_queue_privilege
+from changeflow.messaging.admin.base import Target as Target
+from changeflow.messaging.admin.base import catalog as catalog
+from changeflow.messaging.admin.base import changes as _changes
+from changeflow.messaging.admin.base import store_of as _store
 from changeflow.messaging.constants import MESSAGE_GROUPING, sort_order
 from changeflow.messaging.errors import (
     AlreadyExistsError,

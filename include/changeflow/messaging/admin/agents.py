@@ -13,9 +13,9 @@ from changeflow.messaging import conditions as C
 from changeflow.messaging import dictionary as D
 from changeflow.messaging import privileges
 from changeflow.messaging import types as T
-from changeflow.messaging.admin_base import Target
-from changeflow.messaging.admin_base import changes as _changes
-from changeflow.messaging.admin_base import store_of as _store
+from changeflow.messaging.admin.base import Target
+from changeflow.messaging.admin.base import changes as _changes
+from changeflow.messaging.admin.base import store_of as _store
 from changeflow.messaging.constants import LIVE_STATES
 from changeflow.messaging.errors import AlreadyExistsError, MessagePropertyError, MessagingError
 from changeflow.messaging.model import agent_name, queue_name
