@@ -75,9 +75,9 @@ def rule_filter(
     run = observed(kind, name, pair, with_transformations(pair))
     if not transforming_rules(pair):
         # Stages without Spark (log-based capture) may decide simple rule sets over
-        # Arrow instead (changeflow.rules.arrow_filter).
+        # Arrow instead (changeflow.rules.arrow_filter), noting whose counts they are.
         run.rule_sets = pair  # type: ignore[attr-defined]
-        run.client = (kind, name)  # type: ignore[attr-defined]  (whose counts they are)
+        run.client = (kind, name)  # type: ignore[attr-defined]
     return run
 
 
