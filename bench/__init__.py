@@ -1,1 +1,1 @@
-"""changeflow benchmarks: `make bench` runs `python -m bench` (results in bench-results.json)."""
+"""changeflow benchmarks: ``make bench`` runs ``python -m bench`` (see ``docs/benchmarks.md``)."""

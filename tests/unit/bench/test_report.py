@@ -85,3 +85,13 @@ def test_replace_between_keeps_the_rest_and_needs_the_markers() -> None:
 def test_the_readme_has_the_markers() -> None:
     text = (ROOT / "README.md").read_text()
     assert report.START in text and report.END in text
+
+
+def test_a_suite_without_an_archive_is_shown_as_missing(tmp_path: Path) -> None:
+    e = entry("apply.changes", value=1.0, unit="s", baseline="b", baseline_value=10.0,
+              target=0.2, direction="<=", headline=True)
+    _run(tmp_path, "apply", "2026-11-28T10:00:00+00:00", "full", [e])
+    latest = report.newest(report.load_archives(tmp_path))
+    text = report.generated(latest, headline_only=True, expected=["apply", "mcq"])
+    assert "| mcq | no archived run |" in text
+    assert "Suites without an archived run: mcq." in text
