@@ -373,7 +373,7 @@ def by_transaction(flat: DataFrame) -> DataFrame:
     from pyspark.sql import functions as F
 
     c = F.col
-    w = Window.partitionBy("cf_txn")
+    w = Window.partitionBy("cf_db", "cf_txn")
     return flat.withColumns({
         "cf_scn": F.when(c("cf_first_unknown"), F.min(F.when(c("cf_first_unknown"),
                                                               c("cf_scn"))).over(w))

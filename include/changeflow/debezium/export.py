@@ -155,8 +155,13 @@ def envelope_schema(topic: str, cols: list[tuple[str, str]], keys: list[str]) ->
 
 
 def event_lines(df: DataFrame, prefix: str, cols: list[tuple[str, str]], keys: list[str],
-                topic: str, *, schemas: bool, now: dt.datetime) -> DataFrame:
-    """One table's LCRs as envelope lines (column ``value``), in commit order. Pure."""
+                topic: str, *, schemas: bool, now: dt.datetime,
+                with_key: bool = False) -> DataFrame:
+    """One table's LCRs as envelope lines (column ``value``), in commit order. Pure.
+
+    ``with_key``: also the record key (column ``key``), the row's key columns as the
+    connector writes its keys (``{"id": 1}``, with a ``schema`` block with ``schemas``).
+    """
     from pyspark.sql import Window
     from pyspark.sql import functions as F
 
@@ -177,8 +182,26 @@ def event_lines(df: DataFrame, prefix: str, cols: list[tuple[str, str]], keys: l
     if schemas:
         head = json.dumps(envelope_schema(topic, cols, keys), separators=(",", ":"))
         payload = F.concat(F.lit('{"schema":' + head + ',"payload":'), payload, F.lit("}"))
-    return df.select(payload.alias("value"), "commit_scn", "position") \
-        .orderBy("commit_scn", "position").select("value")
+    out = df.select(payload.alias("value"), _key(cols, keys, topic, schemas).alias("key"),
+                    "commit_scn", "position").orderBy("commit_scn", "position")
+    return out.select("key", "value") if with_key else out.select("value")
+
+
+def _key(cols: list[tuple[str, str]], keys: list[str], topic: str, schemas: bool) -> Column:
+    """The record key of a row LCR: its key columns (NULL for a truncate)."""
+    from pyspark.sql import functions as F
+
+    key_cols = [(c, t) for c, t in cols if c in keys]
+    image = F.when(F.col("new_values").isNull(), _image("old_values", key_cols)) \
+        .otherwise(_image("new_values", key_cols))
+    key = F.when(image == "null", F.lit(None)).otherwise(image)
+    if not schemas:
+        return key
+    fields = [{**T.for_logical(t).schema(), "optional": False, "field": E.source_name(c)}
+              for c, t in key_cols]
+    head = json.dumps({"type": "struct", "fields": fields, "optional": False,
+                       "name": f"{topic}.Key"}, separators=(",", ":"))
+    return F.concat(F.lit('{"schema":' + head + ',"payload":'), key, F.lit("}"))
 
 
 def export_queue(spark: SparkSession, cfg: PipelineConfig, queue_ref: str, directory: str, *,
@@ -190,12 +213,51 @@ def export_queue(spark: SparkSession, cfg: PipelineConfig, queue_ref: str, direc
         batches: the batches to export (default: every retained batch of the queue).
         topic_prefix: the Debezium ``topic.prefix`` (default: the queue's site).
     """
+    def write(lines: DataFrame, topic: str) -> int:
+        return _write_topic(spark, lines, directory, topic)
+
+    return _export(spark, cfg, queue_ref, directory, write, schemas=schemas,
+                   topic_prefix=topic_prefix, batches=batches, with_key=False)
+
+
+def export_to_kafka(spark: SparkSession, cfg: PipelineConfig, queue_ref: str,
+                    bootstrap_servers: str, *, schemas: bool = True,
+                    topic_prefix: str | None = None, batches: list[Batch] | None = None,
+                    options: dict[str, str] | None = None) -> ExportResult:
+    """Write a queue's row LCRs to Kafka: one topic per table (``<prefix>.<owner>.<table>``),
+    each record keyed by the row's primary key, values as :func:`export_queue` writes
+    lines (JsonConverter's form, with or without schemas), in commit order.
+
+    Written with Spark's Kafka sink, at least once: re-exporting the same batches
+    writes their events again (a consumer recognises them by ``source.cf_msg_id``).
+    """
+    def write(lines: DataFrame, topic: str) -> int:
+        # counted apart: Spark reports no observed metrics for a write to its Kafka sink
+        one = lines.coalesce(1).persist()
+        try:
+            writer = one.write.format("kafka").option(
+                "kafka.bootstrap.servers", bootstrap_servers).option("topic", topic)
+            for k, v in (options or {}).items():
+                writer = writer.option(f"kafka.{k}", v)
+            writer.save()
+            return int(one.count())
+        finally:
+            one.unpersist()
+
+    return _export(spark, cfg, queue_ref, f"kafka://{bootstrap_servers}", write,
+                   schemas=schemas, topic_prefix=topic_prefix, batches=batches, with_key=True)
+
+
+def _export(spark: SparkSession, cfg: PipelineConfig, queue_ref: str, where: str,
+            write: Any, *, schemas: bool, topic_prefix: str | None,
+            batches: list[Batch] | None, with_key: bool) -> ExportResult:
+    """The batches' row LCRs, table by table, as envelope lines handed to ``write``."""
     from pyspark.sql import functions as F
 
     q = cfg.queue(queue_ref)
     prefix = topic_prefix or q.site
     todo = queue_batches(cfg, queue_ref) if batches is None else batches
-    result = ExportResult(f"{q.name}@{q.site}", directory, batches=len(todo))
+    result = ExportResult(f"{q.name}@{q.site}", where, batches=len(todo))
     if not todo:
         return result
     df = qio.read_batches(spark, todo)
@@ -212,8 +274,9 @@ def export_queue(spark: SparkSession, cfg: PipelineConfig, queue_ref: str, direc
         for (owner, table), (keys, cols) in sorted(table_columns(rows).items()):
             topic = E.topic(prefix, E.source_name(owner), E.source_name(table))
             mine = rows.where((F.col("object_owner") == owner) & (F.col("object_name") == table))
-            lines = event_lines(mine, prefix, cols, keys, topic, schemas=schemas, now=now)
-            result.topics[topic] = _write_topic(spark, lines, directory, topic)
+            lines = event_lines(mine, prefix, cols, keys, topic, schemas=schemas, now=now,
+                                with_key=with_key)
+            result.topics[topic] = write(lines, topic)
     finally:
         rows.unpersist()
     return result

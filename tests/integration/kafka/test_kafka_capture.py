@@ -254,3 +254,51 @@ def test_json_without_schemas(spark: Any, tmp_path: Path, stack: dict[str, Any])
     assert new == {"ID": 1, "NAME": "renamed", "BORN": dt.date(2000, 1, 2), "QTY": 11,
                    "SCORE": 0.125, "RATIO": 0.25}  # unchanged TOAST left out
     assert {r["transaction_id"] for r in _rows(cfg)} == {"735", "736"}
+
+
+def test_a_queue_exported_to_kafka_comes_back_identical(spark: Any, tmp_path: Path,
+                                                        stack: dict[str, Any]) -> None:
+    """Files of the connector's own events → queue → ``export_to_kafka`` (a topic per
+    table, keyed by primary key) → the ``kafka`` capture → the same LCRs."""
+    from changeflow.debezium.capture import run_debezium_capture
+    from changeflow.debezium.export import export_to_kafka
+
+    broker = stack["broker"]
+    events = (FIXTURES / "customers.jsonl").read_text().splitlines()
+    files = tmp_path / "files" / "shop.inventory.customers"
+    files.mkdir(parents=True)
+    (files / "shop.inventory.customers+0+0000000000.json").write_text("\n".join(events) + "\n")
+    path = tmp_path / "pipeline.yaml"
+    path.write_text(textwrap.dedent(f"""
+        version: 1
+        sites:
+          s1: {{staging_root: {tmp_path}/staging, target_root: {tmp_path}/targets,
+               state_url: "sqlite:///{tmp_path}/state.db", database: DBS1.EXAMPLE.COM}}
+        queues: [{{name: strm.files, site: s1}}, {{name: strm.q, site: s1}}]
+        captures:
+          - name: files
+            queue: strm.files@s1
+            source: {{type: debezium, database: PG1, root: {tmp_path}/files,
+                      tables: [{{name: inventory.customers, key: [id]}}]}}
+          - name: kcap
+            queue: strm.q@s1
+            source: {{type: kafka, database: OTHER, bootstrap_servers: {broker.bootstrap},
+                      topics: [back.inventory.customers]}}
+    """))
+    cfg = load_config(path)
+    assert run_debezium_capture(spark, cfg, "files").messages == 11
+    out = export_to_kafka(spark, cfg, "strm.files@s1", broker.bootstrap, topic_prefix="back")
+    assert out.topics == {"back.inventory.customers": 11}
+    records = broker.consume("back.inventory.customers", expect=11)
+    assert json.loads(records[0]["key"])["payload"] == {"id": 1}
+    assert json.loads(records[-1]["value"])["payload"]["op"] == "d"
+    assert run_kafka_capture(spark, cfg, "kcap").messages == 11
+
+    def rows(queue: str) -> list[dict[str, Any]]:
+        from changeflow.debezium.export import queue_batches
+        from changeflow.queues import arrow_io
+
+        got = arrow_io.read_arrow_batches(queue_batches(cfg, queue)).to_pylist()
+        return sorted(got, key=lambda r: r["msg_id"])
+
+    assert rows("strm.q@s1") == rows("strm.files@s1")
