@@ -36,9 +36,26 @@ RESULTS_DIR = Path(__file__).resolve().parent.parent / "docs" / "results"
 
 
 def _round(x: float | None, digits: int = 3) -> float | None:
+    """``x`` rounded to ``digits`` decimals (ratios).
+
+    >>> _round(0.12345), _round(None)
+    (0.123, None)
+    """
     if x is None:
         return None
     return round(float(x), digits)
+
+
+def _significant(x: float | None, digits: int = 5) -> float | None:
+    """``x`` to ``digits`` significant digits (figures of any magnitude: a 0.1 ms poll
+    keeps its digits as a 36 s rewrite does).
+
+    >>> _significant(0.000123456), _significant(36.16581), _significant(None)
+    (0.00012346, 36.166, None)
+    """
+    if x is None:
+        return None
+    return float(f"{float(x):.{digits}g}")
 
 
 def compare(quantity: float | None, target: float, direction: str) -> bool:
@@ -97,8 +114,8 @@ def entry(name: str, *, value: float | None, unit: str, baseline: str,
     ratio = (value / baseline_value if value is not None and baseline_value
              else None)
     e: dict[str, Any] = {
-        "name": name, "value": _round(value, 4), "unit": unit, "baseline": baseline,
-        "baseline_value": _round(baseline_value, 4), "ratio": _round(ratio),
+        "name": name, "value": _significant(value), "unit": unit, "baseline": baseline,
+        "baseline_value": _significant(baseline_value), "ratio": _round(ratio),
         "target": target, "direction": direction if target is not None else None,
         "judged": judged, "figures": figures or {}}
     if headline:
