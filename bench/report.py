@@ -4,7 +4,8 @@ Usage: ``python -m bench.report [--write-readme] [--write-docs] [--plot] [--dir 
 
 Without options it prints the README table. ``--write-readme`` replaces the table
 between ``<!-- bench-table:start -->`` and ``<!-- bench-table:end -->`` in README.md
-(the headline entries of each suite's newest archive, and how many others missed);
+(the headline entries of each suite's newest archive, every skipped baseline or peer,
+and how many others missed);
 ``--write-docs`` replaces the same markers in docs/benchmarks.md with every entry;
 ``--plot`` draws docs/bench-scaling.png from the newest ``scaling`` archive. Nothing
 here runs a benchmark: it reads ``docs/results/bench-<suite>-*.json`` only.
@@ -113,7 +114,8 @@ def table(latest: dict[str, dict[str, Any]], *, headline_only: bool,
             lines.append(f"| {suite} | no archived run | | | | **missed** | |")
             continue
         shown = [e for e in run["entries"]
-                 if not headline_only or e.get("headline") or e.get("error")]
+                 if not headline_only or e.get("headline") or e.get("error")
+                 or e.get("skipped")]
         lines += [row(e, run) for e in shown]
         hidden = [e for e in run["entries"] if e not in shown]
         missed = [e for e in hidden if e.get("met") is False]
