@@ -60,7 +60,14 @@ def get_session(app_name: str = "changeflow", *, master: str | None = None,
         # sites are changeflow's own code, which its error messages name already.
         .config("spark.python.sql.dataFrameDebugging.enabled", "false")
         .config("spark.sql.extensions", ICEBERG_EXTENSIONS)
+        # Constraint propagation re-derives every constraint of a plan at each optimizer
+        # pass; on the rule-set filter's join (a CASE per rule over a union of per-table
+        # snapshot diffs) Spark 4.1 canonicalises Or-chains until the driver's heap is
+        # gone (a 20-row demo capture: OutOfMemoryError after 70 s). It only adds
+        # inferred IS NOT NULL filters, which the plans here do not need.
+        .config("spark.sql.constraintPropagation.enabled", "false")
     )
+    builder = _with_storage(builder)
     if "spark.jars" not in _conf():  # spark-submit passes them with --jars
         from changeflow.jvm import spark_jars_csv
 
@@ -144,6 +151,19 @@ def _write_all(fd: int, data: bytes) -> bool:
     except OSError:
         return False
     return True
+
+
+def _with_storage(builder: SparkSession.Builder) -> SparkSession.Builder:
+    """The object store's S3A settings (:mod:`changeflow.storage`), unless set already."""
+    from changeflow import storage
+
+    if not storage.in_use():
+        return builder
+    given = _conf()
+    for k, v in storage.settings().spark_properties().items():
+        if k not in given:
+            builder = builder.config(k, v)
+    return builder
 
 
 def _conf() -> dict[str, str]:

@@ -62,8 +62,9 @@ class ApplyResult:
     batches: int = 0
     messages: int = 0
     transactions: int = 0
-    changes: int = 0
-    tables: dict[str, int] = field(default_factory=dict)
+    changes: int = 0  # row LCRs applied
+    tables: dict[str, int] = field(default_factory=dict)  # row LCRs applied, per table
+    rows_changed: int = 0  # target rows inserted, updated or deleted (one per changed key)
     skipped: int = 0
     errors: int = 0
     error_ids: list[int] = field(default_factory=list)

@@ -460,9 +460,14 @@ class Pass:
         r.errors += len(self.failed) + len(self.msg_failures)
         r.enqueued += enqueued
         r.ddl += ddl.executed
+        excluded = set(self.info) - {t.id for t in applied}
         for w in written:
-            n = w.staged.changed
-            if n:
+            r.rows_changed += w.staged.changed
+            plan = self.plans.get(w.table.name)
+            # the row LCRs this pass applied to the table (an earlier attempt's published
+            # snapshot was applied then: none now)
+            n = 0 if w.published or plan is None else plan.applied_lcrs(excluded, self.info)
+            if n or w.staged.changed:
                 r.tables[w.table.name] = r.tables.get(w.table.name, 0) + n
                 self.written_tables.add(w.table.name)
             r.changes += n

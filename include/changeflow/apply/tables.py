@@ -165,6 +165,14 @@ class TablePlan:
             return eff
         return conflicts.by_keys(eff, self._troubled, self.table.key_columns, "left_anti")
 
+    def applied_lcrs(self, failed: set[TxnId], info: dict[TxnId, Any]) -> int:
+        """How many of this table's row LCRs the pass applies (those of ``failed`` not)."""
+        if not any(self.table.name in info[t].tables for t in failed if t in info):
+            return self.n_lcrs
+        kept = [r for r in self.folded
+                if TxnId(r["_e_src"], int(r["_e_scn"]), r["_e_txn"]) not in failed]
+        return self._fast(failed).count() + len(kept)
+
     def images(self, tag: bytes, failed: set[TxnId]) -> DataFrame:
         """What to write: one final image per changed key (fast-path and folded effects)."""
         cols = [*self.table.column_names, *images.E_META]

@@ -83,7 +83,19 @@ def pyiceberg_catalog(targets: IcebergTargets) -> Any:
     """PyIceberg's ``SqlCatalog`` on the site's state store (the same catalog Spark uses)."""
     from pyiceberg.catalog.sql import SqlCatalog
 
-    return SqlCatalog(targets.name, uri=targets.store.url, warehouse=targets.target_root)
+    from changeflow import storage
+
+    props = storage.settings().pyiceberg_properties() if storage.in_use() else {}
+    for attempt in range(3):
+        try:
+            return SqlCatalog(targets.name, uri=targets.store.url,
+                              warehouse=targets.target_root, **props)
+        except Exception as exc:  # noqa: BLE001  (SQLAlchemy's, from any dialect)
+            # On a store no catalog has used yet, SqlCatalog creates its tables; two
+            # readers at once (a view and a DAG task) race, and the loser finds them made.
+            if attempt == 2 or "already exists" not in str(exc):
+                raise
+    raise AssertionError("unreachable")
 
 
 def read_arrow(targets: IcebergTargets, name: str, *, snapshot: int | None = None) -> pa.Table:
