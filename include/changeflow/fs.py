@@ -2,7 +2,9 @@
 
 Local paths, ``file://``, ``hdfs://``, ``s3a://`` and the rest all go through the
 JVM of the running SparkSession, so whatever Spark can write, changeflow can list,
-measure and delete.
+measure and delete. Object-store URIs get the S3A settings of the environment
+(:func:`configure_hadoop`), and :func:`ensure_dir` checks them with pyarrow first, so a
+missing bucket or refused credentials fail with an error naming the site and the URI.
 """
 
 from __future__ import annotations
@@ -26,8 +28,42 @@ def local_path(uri: str) -> str | None:
     return None
 
 
+_applied: dict[int, tuple[object, set[str]]] = {}
+
+
+def configure_hadoop(spark: SparkSession) -> None:
+    """Give the session's Hadoop configuration the object-store settings of the environment.
+
+    A session started by :func:`changeflow.spark.get_session` has them already (as
+    ``spark.hadoop.fs.s3a.*``); one started otherwise gets them here, before its first
+    S3A file system is made. Keys the session had before are kept; when the settings
+    change (another endpoint), the keys set here follow them.
+    """
+    from changeflow import storage
+
+    if not storage.in_use():
+        return
+    cfg = storage.settings()
+    key = id(spark.sparkContext)
+    before, ours = _applied.get(key, (None, set()))
+    if before == cfg:
+        return
+    conf = spark.sparkContext._jsc.hadoopConfiguration()  # type: ignore[attr-defined]
+    for k, v in cfg.spark_properties().items():
+        if k.startswith("spark.hadoop."):
+            name = k[len("spark.hadoop."):]
+            if name in ours or conf.get(name) is None:
+                conf.set(name, v)
+                ours.add(name)
+        elif k in ours or spark.conf.get(k, None) is None:
+            spark.conf.set(k, v)
+            ours.add(k)
+    _applied[key] = (cfg, ours)
+
+
 def _path(spark: SparkSession, uri: str) -> tuple[Any, Any]:
     jvm: Any = spark.sparkContext._jvm
+    configure_hadoop(spark)
     conf = spark.sparkContext._jsc.hadoopConfiguration()  # type: ignore[attr-defined]
     p = jvm.org.apache.hadoop.fs.Path(uri)
     return p.getFileSystem(conf), p
@@ -83,7 +119,21 @@ def ensure_dir(spark: SparkSession, uri: str) -> str | None:
 
     Returns:
         ``None`` when it can, else why not (a file in its place, mkdirs refused, I/O error).
+
+    Raises:
+        StorageAccessError: an object store refuses the credentials, or the bucket does
+            not exist (terminal: no retry fixes it).
     """
+    from changeflow import storage
+
+    if storage.is_object_store(uri):
+        from changeflow.storage.probe import check_bucket
+
+        try:
+            check_bucket(uri)  # an object store has no directories to make
+        except storage.StorageUnavailableError as exc:
+            return str(exc)
+        return None
     try:
         fs, p = _path(spark, uri)
         if fs.exists(p):

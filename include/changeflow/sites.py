@@ -29,6 +29,10 @@ class SiteRuntime:
 
 @cache
 def _open(name: str, spec: Site) -> SiteRuntime:
+    from changeflow.storage import name_root
+
+    name_root(spec.staging_root, f"site {name} staging root")  # named in storage errors
+    name_root(spec.target_root, f"site {name} target root")
     store = StateStore(spec.state_url)
     return SiteRuntime(name, spec, store, QueueCatalog(store, spec.staging_root))
 

@@ -15,7 +15,7 @@ import contextlib
 import datetime as dt
 from typing import TYPE_CHECKING, Any
 
-from changeflow import lcr
+from changeflow import lcr, storage
 from changeflow.errors import QueueDataError, SchemaMismatchError
 from changeflow.queues.catalog import Batch, NewBatch, QueueCatalog
 
@@ -24,14 +24,18 @@ if TYPE_CHECKING:
 
 
 def _filesystem(uri: str) -> tuple[Any, str]:
-    """The pyarrow file system of a path or URI, and the path inside it."""
-    from pyarrow import fs as pafs
+    """The pyarrow file system of a path or URI, and the path inside it.
 
-    if uri.startswith("s3a://"):
-        uri = "s3://" + uri[len("s3a://") :]
-    if uri.startswith("file:"):
-        uri = "/" + uri[len("file:") :].lstrip("/")
-    return pafs.FileSystem.from_uri(uri) if "://" in uri else (pafs.LocalFileSystem(), uri)
+    Object stores get the settings Spark's S3A gets (:func:`changeflow.storage.filesystem`).
+    """
+    return storage.filesystem(uri)
+
+
+def _failed(exc: BaseException, path: str, action: str) -> Exception | None:
+    """The object store's error for a failed request on ``path`` (None: not one)."""
+    if storage.is_object_store(path) and storage.is_store_error(exc):
+        return storage.error_for(exc, path, action)
+    return None
 
 
 def conform_arrow(table: pa.Table, *, origin: str) -> pa.Table:
@@ -88,11 +92,20 @@ def write_arrow_batch(
     table = conform_arrow(table, origin=f"batch for queue {queue}")
     batch_id, path = catalog.new_batch_path(queue)
     fs, inner = _filesystem(path)
-    fs.create_dir(inner, recursive=True)
     file = f"{inner}/part-00000-{batch_id}.parquet"
-    pq.write_table(table, file, filesystem=fs, compression="snappy",
-                   row_group_size=row_group_size)
-    n_bytes = fs.get_file_info(file).size
+    try:
+        fs.create_dir(inner, recursive=True)
+        # one object, written whole: on an object store nothing is renamed, and the batch
+        # becomes visible only by its catalog row
+        pq.write_table(table, file, filesystem=fs, compression="snappy",
+                       row_group_size=row_group_size)
+        n_bytes = fs.get_file_info(file).size
+    except OSError as exc:
+        if (err := _failed(exc, path, f"writing a batch of queue {queue}")) is not None:
+            with contextlib.suppress(Exception):
+                fs.delete_dir(inner)
+            raise err from exc
+        raise
     scn = table.column("commit_scn")
     times = pc.coalesce(table.column("commit_time"), table.column("enq_time"))
     oldest = pc.min(times).as_py()
@@ -153,6 +166,8 @@ def read_arrow_dir(path: str, what: str) -> pa.Table:
             raise QueueDataError(f"{what}: no Parquet files at {path} (missing)")
         part = pq.read_table(files, filesystem=fs)
     except (OSError, pa.ArrowInvalid) as exc:
+        if (err := _failed(exc, path, f"reading {what}")) is not None:
+            raise err from exc
         raise QueueDataError(f"{what}: cannot read Parquet at {path}: {exc}") from exc
     return conform_arrow(part, origin=path)
 

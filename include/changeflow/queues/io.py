@@ -12,7 +12,7 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import TYPE_CHECKING
 
-from changeflow import fs, lcr
+from changeflow import fs, lcr, storage
 from changeflow.errors import DestinationUnavailableError, QueueDataError, SchemaMismatchError
 from changeflow.queues.catalog import Batch, NewBatch, QueueCatalog
 
@@ -67,6 +67,7 @@ def write_batch(
 
     df = conform(df, origin=f"batch for queue {queue}")
     batch_id, path = catalog.new_batch_path(queue)
+    fs.configure_hadoop(spark)  # S3A's settings, on a session started without them
     obs = Observation(f"enqueue_{batch_id}")
     observed = df.observe(
         obs,
@@ -145,6 +146,7 @@ def read_batches(spark: SparkSession, batches: list[Batch]) -> DataFrame:
     schema = lcr.spark_schema()
     if not batches:
         return spark.createDataFrame([], schema)
+    fs.configure_hadoop(spark)
     for b in batches:
         if not b.path:
             raise QueueDataError(f"batch {b.seq} of queue {b.queue} was purged")
@@ -211,6 +213,8 @@ def _check_with_arrow(batches: list[Batch]) -> list[str] | None:
 
     try:
         handles = [_filesystem(b.path) for b in batches]
+    except storage.StorageAccessError:
+        raise
     except Exception:  # noqa: BLE001  (a scheme pyarrow does not know: Spark checks)
         return None
     with ThreadPoolExecutor(max_workers=8) as pool:
@@ -228,6 +232,9 @@ def _check_one(b: Batch, handle: tuple[object, str]) -> list[str]:
         infos = filesystem.get_file_info(  # type: ignore[attr-defined]
             pafs.FileSelector(inner, recursive=True, allow_not_found=True))
     except OSError as exc:
+        if storage.is_object_store(b.path) and storage.is_store_error(exc):  # not the batch's
+            raise storage.error_for(exc, b.path, f"listing batch {b.seq} of queue {b.queue}"
+                                    ) from exc
         raise QueueDataError(f"batch {b.seq} of queue {b.queue}: cannot list {b.path}: "
                              f"{_first_line(exc)}") from exc
     data = sorted(i.path for i in infos if i.type == pafs.FileType.File
@@ -238,6 +245,9 @@ def _check_one(b: Batch, handle: tuple[object, str]) -> list[str]:
     try:
         arrow = pq.read_schema(data[0], filesystem=filesystem)
     except Exception as exc:  # noqa: BLE001  (pyarrow raises several kinds for bad footers)
+        if storage.is_object_store(b.path) and storage.is_store_error(exc):
+            raise storage.error_for(exc, b.path, f"reading batch {b.seq} of queue {b.queue}"
+                                    ) from exc
         raise QueueDataError(
             f"batch {b.seq} of queue {b.queue}: cannot read Parquet at {b.path}: "
             f"{_first_line(exc)}") from exc
@@ -262,6 +272,12 @@ def guard(batches: list[Batch], *, destination: str | None = None) -> Iterator[N
         raise
     except Exception as exc:
         text = str(exc)
+        on_store = next((b.path for b in batches if b.path and storage.is_object_store(b.path)),
+                        None)
+        if on_store is not None and (err := storage.jvm_error_for(
+                text, on_store, f"reading batches {[b.seq for b in batches]} of queue "
+                f"{batches[0].queue}" + (f" into {destination}" if destination else ""))):
+            raise err from exc  # the store's trouble: no batch is set aside for it
         culprit = next((b for b in batches if b.path and b.path in text), None)
         if culprit is not None:
             raise QueueDataError(

@@ -147,6 +147,12 @@ class IcebergTargets:
         out = {"type": "jdbc", "uri": url, "warehouse": self.target_root,
                "jdbc.schema-version": "V1", "cache-enabled": "false"}
         out.update({f"jdbc.{k}": v for k, v in props.items()})
+        from changeflow import storage
+
+        if storage.is_object_store(self.target_root):  # the warehouse through S3A
+            out.update({f"hadoop.{k[len('spark.hadoop.'):]}": v for k, v in
+                        storage.settings().spark_properties().items()
+                        if k.startswith("spark.hadoop.fs.s3a.") and "committer" not in k})
         return out
 
     def register(self, spark: SparkSession) -> None:
