@@ -5,6 +5,7 @@ from __future__ import annotations
 from changeflow.cli import apply as _apply  # noqa: F401
 from changeflow.cli import aq as _aq  # noqa: F401
 from changeflow.cli import dags as _dags  # noqa: F401
+from changeflow.cli import doctor as _doctor  # noqa: F401
 from changeflow.cli import mcq as _mcq  # noqa: F401
 from changeflow.cli import pipeline as _pipeline  # noqa: F401
 from changeflow.cli import quality as _quality  # noqa: F401

@@ -8,6 +8,8 @@ step took.
 
 from __future__ import annotations
 
+import contextlib
+import os
 import time
 import uuid
 from dataclasses import dataclass, field
@@ -91,6 +93,9 @@ def round_trip(uri: str, *, payload: int = 1024) -> Probe:
         step, t = "delete", time.perf_counter()
         fs.delete_file(name)
         probe.steps["delete"] = time.perf_counter() - t
+        if not storage.is_object_store(uri):  # a disk keeps the directory: leave none behind
+            with contextlib.suppress(OSError):  # another probe's object is still in it
+                os.rmdir(name.rsplit("/", 1)[0])
     except OSError as exc:
         if storage.is_object_store(uri):
             raise storage.error_for(exc, uri, f"{step} of a probe object") from exc
