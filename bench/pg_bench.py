@@ -15,16 +15,21 @@ off for every database in it: the same durability on every side):
    limit, target >= 0.5, warm (the GX context set up before, as in a long-lived
    process); the *one-shot* figure adds what a spark-submit job pays first (a Spark
    session and the GX context, measured in fresh processes: :mod:`bench.startup`).
-   Debezium's PostgreSQL connector (the peer a user would pick) does not run here: its
-   entry is skipped with the published figure, and counts as a miss.
+   **Debezium's PostgreSQL connector** (the peer a user would pick) reads the same
+   backlog from its own ``pgoutput`` slot, created with the others before the backlog
+   was written, in Kafka Connect into a KRaft broker (:mod:`bench.kafka_peers`): timed
+   from adding the connector until the topics hold every row change of the backlog.
+   Target: the capture >= 1.5x its throughput. Then, while it streams, a steady pgbench
+   run (300 tps) gives its lag: source commit to appended to the topic.
 4. **Apply throughput**: the apply job's real path (rule sets, quality) applies that
    queue into the target database. Its anchor is **PostgreSQL's own logical
    replication**: ``CREATE SUBSCRIPTION`` (``copy_data = false``, the ``pgoutput`` slot,
    ``synchronous_commit = on`` as the apply's sessions commit) catching up the same
    backlog into the subscriber database, timed until the subscriber's replication
    origin reached the backlog's last commit. Target >= 1.0.
-5. **End-to-end lag**: a second pgbench run while a capture and an apply loop run
-   concurrently; lag is source commit time -> applied in the target (seconds).
+5. **End-to-end lag**: a second pgbench run (300 tps) while a capture and an apply loop
+   run concurrently; lag is source commit time -> applied in the target (seconds, p50
+   and p95).
 
 Run it alone with ``python -m bench.pg_bench [small|full]``.
 """
@@ -42,7 +47,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from bench import startup
+from bench import kafka_peers, startup
 from bench.results import entry, skipped
 from changeflow.apply.postgres import apply_pg_once
 from changeflow.capture.postgres import run_pg_capture
@@ -52,10 +57,8 @@ from changeflow.testing.pg_cluster import PgCluster
 SCALES = {"small": {"scale": 1, "seconds": 15}, "full": {"scale": 5, "seconds": 60}}
 DEBEZIUM_CAPTURE = 6000.0
 DEBEZIUM_SINK = 2300.0
-DEBEZIUM_HARDWARE = ("Debezium's published PostgreSQL connector figure: about 6,000 changes/s "
-                     "on 16 vCPUs; JDBC sink about 2,300 events/s on 8 cores "
-                     "(docs/postgres.md#benchmark)")
-PUBLICATION, SUB_SLOT = "bench_pub", "bench_sub"
+PUBLICATION, SUB_SLOT, DBZ_SLOT = "bench_pub", "bench_sub", "dbz_bench"
+LAG_RATE = 300
 TABLES = ["pgbench_accounts", "pgbench_branches", "pgbench_tellers", "pgbench_history"]
 
 
@@ -116,10 +119,12 @@ WAL2JSON_OPTIONS = ["format-version=2", "include-xids=1", "include-timestamp=1",
                     "include-transaction=1"]
 
 
-def _decoding_limit(pg: PgCluster) -> tuple[float, int, str]:
-    """``(seconds, changes, last commit)``: pg_recvlogical reading the baseline slot's
-    backlog to /dev/null, how many changes that backlog holds, and the LSN of its last
-    commit (where the subscription's catching up ends).
+def _decoding_limit(pg: PgCluster) -> tuple[float, int, str, int]:
+    """``(seconds, changes, last commit, row changes)``: pg_recvlogical reading the
+    baseline slot's backlog to /dev/null, how many changes that backlog holds, the LSN of
+    its last commit (where the subscription's catching up ends) and how many of the
+    changes are row changes (inserts, updates, deletes: what Debezium writes; it skips
+    the truncates of ``pgbench -i``).
 
     The changes (wal2json documents other than begins and commits) are counted before
     the timed run, on a temporary copy of the slot with the same options, outside the
@@ -134,11 +139,13 @@ def _decoding_limit(pg: PgCluster) -> tuple[float, int, str]:
         SELECT pg_copy_logical_replication_slot('{RECV_SLOT}', 'bench_count', true);
         SELECT count(*) FILTER (WHERE left(data, 13) NOT IN ('{{"action":"B"',
                                                              '{{"action":"C"')),
-               max(lsn) FILTER (WHERE left(data, 13) = '{{"action":"C"')
+               max(lsn) FILTER (WHERE left(data, 13) = '{{"action":"C"'),
+               count(*) FILTER (WHERE left(data, 13) IN ('{{"action":"I"', '{{"action":"U"',
+                                                         '{{"action":"D"'))
           FROM pg_logical_slot_get_changes('bench_count', '{end}', NULL, {options});
     """).split()[-1]
-    changes, last_commit = counted.split("|")
-    changes = int(changes)
+    changes_text, last_commit, rows = counted.split("|")
+    changes = int(changes_text)
     argv = pg.argv("pg_recvlogical", "-d", "bsrc", "-S", RECV_SLOT, "--start", "-f",
                    "/dev/null", "-E", end, "--no-loop",
                    *[x for o in WAL2JSON_OPTIONS for x in ("-o", o)])
@@ -149,7 +156,7 @@ def _decoding_limit(pg: PgCluster) -> tuple[float, int, str]:
                              f"WHERE slot_name = '{RECV_SLOT}'").strip()
     if reached != "t":
         raise RuntimeError(f"pg_recvlogical stopped before the end of the backlog ({end})")
-    return seconds, changes, last_commit
+    return seconds, changes, last_commit, int(rows)
 
 
 def _logical_replication(pg: PgCluster, last_commit: str) -> float:
@@ -188,6 +195,7 @@ def _prepare(pg: PgCluster, cfg: PipelineConfig, scale: int, seconds: int) -> No
     run_pg_capture(None, cfg, "cap")  # creates the slot
     pg.sql("bsrc", f"SELECT pg_create_logical_replication_slot('{RECV_SLOT}', 'wal2json')")
     pg.sql("bsrc", f"SELECT pg_create_logical_replication_slot('{SUB_SLOT}', 'pgoutput')")
+    pg.sql("bsrc", f"SELECT pg_create_logical_replication_slot('{DBZ_SLOT}', 'pgoutput')")
     pg.tool("pgbench", "-q", "-i", "-I", "g", "-s", str(scale), db="bsrc")
     pg.tool("pgbench", "-n", "-c", "4", "-j", "2", "-T", str(seconds), db="bsrc")
 
@@ -210,6 +218,37 @@ def _streamed_capture(spark: Any, cfg: PipelineConfig) -> Any:
                           stream_changes=True)
 
 
+def _debezium(spark: Any, pg: PgCluster, rows: int, seconds: int) -> dict[str, Any] | str:
+    """Debezium's connector on the backlog (``rows`` row changes), then streaming a
+    steady pgbench run of ``seconds``: its time, its lags; or why it could not run.
+
+    Connect and the broker stop before returning (they take no CPU from what follows).
+    """
+    peer = kafka_peers.DebeziumPeer(TABLES)
+    try:
+        peer.start()
+        took = peer.stream(spark, pg, "bsrc", slot=DBZ_SLOT, publication=PUBLICATION,
+                           expected=rows)
+        since = kafka_peers.end_offsets(spark, peer.broker.bootstrap, peer.topics)
+        report = pg.tool("pgbench", "-n", "-c", "4", "-j", "2", "-T", str(seconds), "-R",
+                         str(LAG_RATE), db="bsrc")
+        # tpcb-like: three updates and an insert per transaction
+        peer.wait(spark, rows + 4 * kafka_peers.pgbench_transactions(report), timeout=600)
+        return {"seconds": took, "rows": rows, "lags": peer.lags(spark, since)}
+    except Exception as exc:  # noqa: BLE001  (a failed peer is a miss with its reason)
+        return f"{type(exc).__name__}: {exc}"[:400]
+    finally:
+        peer.stop()
+
+
+def _drain(cfg: PipelineConfig) -> None:
+    """Capture and apply what the slot holds (Debezium's lag run), untimed."""
+    while run_pg_capture(None, cfg, "cap").messages:
+        pass
+    while apply_pg_once(None, cfg, "topg").changes:
+        pass
+
+
 def _lag_run(pg: PgCluster, cfg: PipelineConfig, seconds: int) -> list[float]:
     lags: list[float] = []
     stop = threading.Event()
@@ -223,7 +262,8 @@ def _lag_run(pg: PgCluster, cfg: PipelineConfig, seconds: int) -> list[float]:
 
     worker = threading.Thread(target=loop)
     worker.start()
-    pg.tool("pgbench", "-n", "-c", "4", "-j", "2", "-T", str(seconds), "-R", "300", db="bsrc")
+    pg.tool("pgbench", "-n", "-c", "4", "-j", "2", "-T", str(seconds), "-R", str(LAG_RATE),
+            db="bsrc")
     stop.set()
     worker.join()
     return lags
@@ -243,7 +283,7 @@ def run(spark: Any, scale: str = "small") -> list[dict[str, Any]]:
     try:
         cfg = _pipeline(root, pg)
         _prepare(pg, cfg, params["scale"], params["seconds"])
-        limit_seconds, limit_changes, last_commit = _decoding_limit(pg)
+        limit_seconds, limit_changes, last_commit, rows = _decoding_limit(pg)
         startup.warm_gx()  # a long-lived process has it; the one-shot figure adds it
         # the same backlog for the streamed capture: a copy of the slot, another queue
         pg.sql("bsrc", f"SELECT pg_copy_logical_replication_slot('bench_slot', '{STREAM_SLOT}')")
@@ -254,13 +294,57 @@ def run(spark: Any, scale: str = "small") -> list[dict[str, Any]]:
             replication: float | str = _logical_replication(pg, last_commit)
         except Exception as exc:  # noqa: BLE001  (a failed peer is a miss with its reason)
             replication = f"{type(exc).__name__}: {exc}"[:400]
-        lags = _lag_run(pg, cfg, max(params["seconds"] // 2, 10))
+        lag_seconds = max(params["seconds"] // 2, 10)
+        debezium = _debezium(spark, pg, rows, lag_seconds)
+        _drain(cfg)
+        lags = _lag_run(pg, cfg, lag_seconds)
     finally:
         pg.stop()
         shutil.rmtree(root, ignore_errors=True)
     limit = limit_changes / limit_seconds
-    return _entries(params, cap, streamed, app, limit, limit_seconds, limit_changes,
-                    replication, lags)
+    out = _entries(params, cap, streamed, app, limit, limit_seconds, limit_changes,
+                   replication, lags)
+    out[1:1] = _debezium_entries(params, cap, debezium, lag_seconds)
+    return out
+
+
+def _debezium_entries(params: dict[str, int], cap: Any, dbz: dict[str, Any] | str,
+                      lag_seconds: int) -> list[dict[str, Any]]:
+    what = ("Debezium 3.6.1.Final's PostgreSQL connector (Kafka Connect 4.3 standalone, "
+            "JsonConverter with schemas, pgoutput, snapshot.mode no_data) streaming the same "
+            "backlog from its own slot into a KRaft broker on this machine; timed from "
+            "adding the connector until the topics' end offsets hold every row change of "
+            "the backlog (connector start included, nothing subtracted)")
+    common = {"pgbench_scale": params["scale"], "pgbench_seconds": params["seconds"],
+              "published_changes_per_s": DEBEZIUM_CAPTURE}
+    if isinstance(dbz, str):
+        return [skipped("pg_capture.vs_debezium_connector", f"the connector failed: {dbz}",
+                        unit="changes/s", baseline=what, target=1.5, direction=">=",
+                        value=cap.rate, headline=True, figures=common)]
+    lags = dbz["lags"]
+    p50, p95 = kafka_peers.percentile(lags, 0.5), kafka_peers.percentile(lags, 0.95)
+    spark_start, gx = startup.spark_session(), startup.gx_context()
+    theirs = dbz["rows"] / dbz["seconds"]
+    return [
+        entry("pg_capture.vs_debezium_connector", value=cap.rate, unit="changes/s",
+              baseline=what, baseline_value=theirs, target=1.5, direction=">=",
+              headline=True, figures={
+                  "debezium_changes": dbz["rows"], "debezium_seconds": round(dbz["seconds"], 2),
+                  "capture_changes": cap.messages, "capture_seconds": round(cap.seconds, 2),
+                  "one_shot_ratio": round(cap.messages / (cap.seconds + spark_start + gx)
+                                          / theirs, 3),
+                  "capture": "warm (Spark session and GX context up, as in a long-lived "
+                             "process); one_shot_ratio adds both to the capture",
+                  **common}),
+        entry("pg_capture.debezium_lag", value=p50, unit="s",
+              baseline="Debezium's connector streaming a steady pgbench run: source commit "
+                       "(source.ts_ms) to appended to its topic (LogAppendTime), p50",
+              figures={"p50_s": None if p50 is None else round(p50, 3),
+                       "p95_s": None if p95 is None else round(p95, 3),
+                       "max_s": round(max(lags), 3) if lags else None, "samples": len(lags),
+                       "pgbench_rate_tps": LAG_RATE, "pgbench_seconds": lag_seconds,
+                       "note": "commit to Kafka only; pg_end_to_end_lag is commit to applied "
+                               "in the target database"})]
 
 
 def _entries(params: dict[str, int], cap: Any, streamed: Any, app: Any, limit: float,
@@ -280,12 +364,6 @@ def _entries(params: dict[str, int], cap: Any, streamed: Any, app: Any, limit: f
                      "one_shot_ratio": round(one_shot_cap / limit, 3),
                      "spark_session_seconds": round(spark_start, 2),
                      "gx_context_seconds": round(gx, 2), **common}),
-           skipped("pg_capture.vs_debezium_connector",
-                   "Debezium's PostgreSQL connector (Kafka Connect) is not run by this "
-                   "benchmark on this machine; " + DEBEZIUM_HARDWARE, unit="changes/s",
-                   baseline="Debezium PostgreSQL connector on the same backlog",
-                   target=1.0, direction=">=", value=cap.rate,
-                   figures={"published_changes_per_s": DEBEZIUM_CAPTURE}),
            entry("pg_capture_streamed_throughput", value=streamed.rate, unit="changes/s",
                  baseline=recv, baseline_value=limit, figures={
                      "changes": streamed.messages, "seconds": round(streamed.seconds, 2),
@@ -325,8 +403,9 @@ def _entries(params: dict[str, int], cap: Any, streamed: Any, app: Any, limit: f
     out.append(entry("pg_end_to_end_lag", value=statistics.median(lags) if lags else None,
                      unit="s", baseline="source commit time to applied (p50)", figures={
                          "p50_s": round(statistics.median(lags), 3) if lags else None,
-                         "max_s": round(max(lags), 3) if lags else None,
-                         "samples": len(lags), "pgbench_rate_tps": 300}))
+                         "p95_s": round(kafka_peers.percentile(lags, 0.95) or 0.0, 3)
+                         if lags else None, "max_s": round(max(lags), 3) if lags else None,
+                         "samples": len(lags), "pgbench_rate_tps": LAG_RATE}))
     return out
 
 
