@@ -15,6 +15,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import signal
 import subprocess
 import tempfile
 import time
@@ -44,6 +45,8 @@ class SparkStandalone:
         self.port, self.ui_port = free_port(), free_port()
         self.workers, self.cores, self.memory = workers, cores, memory
         self.procs: list[subprocess.Popen[bytes]] = []
+        self.worker_procs: dict[int, subprocess.Popen[bytes]] = {}
+        self.worker_ui: dict[int, int] = {}
 
     @property
     def master_url(self) -> str:
@@ -61,15 +64,64 @@ class SparkStandalone:
             [str(spark_home() / "bin" / "spark-class"), *args], stdout=log,
             stderr=subprocess.STDOUT, env=env, start_new_session=True))
 
+    def _spawn_worker(self, i: int) -> None:
+        self.worker_ui[i] = free_port()
+        self._spawn(f"worker{i}", "org.apache.spark.deploy.worker.Worker", "--host",
+                    "127.0.0.1", "--cores", str(self.cores), "--memory", self.memory,
+                    "--webui-port", str(self.worker_ui[i]), "--work-dir",
+                    str(self.root / f"work{i}"), self.master_url)
+        self.worker_procs[i] = self.procs[-1]
+
+    def busy_worker(self) -> int | None:
+        """The index of a live worker running an executor (cores in use), if any."""
+        for w in self._workers():
+            if w.get("state") != "ALIVE" or not int(w.get("coresused", 0)):
+                continue
+            for i, port in self.worker_ui.items():
+                if str(w.get("webuiaddress", "")).endswith(f":{port}") and \
+                        self.worker_procs[i].poll() is None:
+                    return i
+        return None
+
+    def kill_worker(self, i: int) -> None:
+        """SIGKILL a worker and the executors it launched (its process group): a lost node."""
+        proc = self.worker_procs[i]
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait(timeout=30)
+
+    def restart_worker(self, i: int, timeout: float = 90.0) -> None:
+        """Start a killed worker again; wait until the master has registered it."""
+        before = {w.get("id") for w in self._workers()}
+        self._spawn_worker(i)
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if any(w.get("id") not in before and w.get("state") == "ALIVE"
+                   for w in self._workers()):
+                return
+            time.sleep(0.5)
+        raise RuntimeError(f"worker {i} did not register again; logs in {self.root}")
+
+    def _workers(self) -> list[dict[str, Any]]:
+        try:
+            return list(self.status().get("workers", []))
+        except OSError:
+            return []
+
+    def alive_workers(self) -> int:
+        """How many workers the master lists as alive."""
+        try:
+            return len([w for w in self.status().get("workers", [])
+                        if w.get("state") == "ALIVE"])
+        except OSError:
+            return 0
+
     def start(self, timeout: float = 90.0) -> SparkStandalone:
         """Start the daemons and wait until every worker has registered."""
         self._spawn("master", "org.apache.spark.deploy.master.Master", "--host", "127.0.0.1",
                     "--port", str(self.port), "--webui-port", str(self.ui_port))
         for i in range(self.workers):
-            self._spawn(f"worker{i}", "org.apache.spark.deploy.worker.Worker", "--host",
-                        "127.0.0.1", "--cores", str(self.cores), "--memory", self.memory,
-                        "--webui-port", str(free_port()), "--work-dir",
-                        str(self.root / f"work{i}"), self.master_url)
+            self._spawn_worker(i)
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             try:
