@@ -44,6 +44,7 @@ SUITES = [
     ("ops", "bench.ops_bench", "rows", True),
     ("reliability", "bench.reliability_bench", "rows", True),
     ("scaling", "bench.scaling_bench", "pg", True),
+    ("kafka", "bench.kafka_bench", "pg", True),
 ]
 
 
