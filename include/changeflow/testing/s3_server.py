@@ -4,8 +4,9 @@ S3Proxy (``org.gaul:s3proxy``, from Maven Central into ``jars/s3proxy`` by ``mak
 setup``) serves the S3 API, with
 AWS v2/v4 signatures checked against one key pair: the same protocol, signatures,
 multipart uploads and error codes Spark's S3A and pyarrow meet on AWS. Objects are
-kept in the server's memory (jclouds' ``transient-nio2`` store; the ``filesystem``
-stores list directories as objects without a size, which S3A's committers cannot take).
+kept in the server's memory (jclouds' ``transient-nio2`` store). S3Proxy 3.3 and later
+list S3A's directory markers (``dir/`` keys) with their size, and 4.0 deletes them without
+a 500: before, S3A's committers failed on both (gaul/s3proxy#1093).
 
 >>> S3Server().endpoint.startswith("http://127.0.0.1:")
 True
