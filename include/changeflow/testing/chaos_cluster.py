@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import os
 import random
+import shutil
 import tempfile
 import time
 from contextlib import ExitStack
@@ -85,6 +86,7 @@ def run_cluster_trials(spark: SparkSession, *, rounds: int, seed: int, progress:
     saved = dict(os.environ)
     work = Path(tempfile.mkdtemp(prefix="changeflow-chaos-cluster-"))
     with ExitStack() as stack:
+        stack.callback(shutil.rmtree, work, ignore_errors=True)  # runs last
         s3 = S3Server(root=work / "s3").start()
         stack.callback(s3.stop)
         pg = PgCluster().start()
@@ -101,6 +103,7 @@ def run_cluster_trials(spark: SparkSession, *, rounds: int, seed: int, progress:
         bucket = s3.create_bucket("chaos")
         urls = tuple(pg.createdb(f"cluster_s{i}").replace(
             "postgresql://", "postgresql+psycopg://", 1) for i in (1, 2))
+        (work / "rig").mkdir()
         rig = Rig(work / "rig", spark, state_urls=urls, employees=employees,  # type: ignore[arg-type]
                   changes=changes, roots=bucket)
         rig.run("capture")

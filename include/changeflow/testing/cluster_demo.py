@@ -9,7 +9,10 @@ a ``spark-defaults.conf`` with small executors (this machine has two cores). The
 reads back what ran where: the master's finished applications and the runs recorded
 in the PostgreSQL state stores.
 
-``python -m changeflow.testing.cluster_demo [WORKDIR]`` exits non-zero unless the DAG
+With ``--s3`` (``make cluster``), both sites' staging roots and Iceberg targets are on a
+bucket of a real S3-compatible server (S3Proxy on loopback) instead of local files.
+
+``python -m changeflow.testing.cluster_demo [--s3] [WORKDIR]`` exits non-zero unless the DAG
 run succeeded, every job ran as an application of the cluster and the verification
 passed.
 """
@@ -25,6 +28,7 @@ from pathlib import Path
 from typing import Any
 
 from changeflow.testing.pg_cluster import PgCluster
+from changeflow.testing.s3_server import S3Server
 from changeflow.testing.spark_cluster import SparkStandalone
 
 ROOT = Path(__file__).resolve().parents[3]
@@ -32,15 +36,22 @@ EXECUTOR_CONF = {"spark.executor.memory": "640m", "spark.executor.cores": "1",
                  "spark.cores.max": "2"}
 
 
-def environment(work: Path, pg: PgCluster, master: str) -> dict[str, str]:
-    """What a user sets to move the embedded demo onto a cluster (and nothing else)."""
+def environment(work: Path, pg: PgCluster, master: str,
+                s3: S3Server | None = None) -> dict[str, str]:
+    """What a user sets to move the embedded demo onto a cluster (and nothing else).
+
+    With ``s3``, both sites' staging roots and targets are on its bucket ``demo``.
+    """
     env = dict(os.environ)
     for n in (1, 2):
         db = f"state{n}"
         env[f"CHANGEFLOW_SITE{n}_STATE_URL"] = (
             f"postgresql+psycopg://postgres@/{db}?host={pg.sock}&port={pg.port}")
-        env[f"CHANGEFLOW_SITE{n}_STAGING"] = str(work / f"site{n}" / "staging")
-        env[f"CHANGEFLOW_SITE{n}_TARGETS"] = str(work / f"site{n}" / "targets")
+        base = f"s3a://demo/site{n}" if s3 is not None else str(work / f"site{n}")
+        env[f"CHANGEFLOW_SITE{n}_STAGING"] = f"{base}/staging"
+        env[f"CHANGEFLOW_SITE{n}_TARGETS"] = f"{base}/targets"
+    if s3 is not None:
+        env.update(s3.env())
     conf = work / "spark-conf"
     conf.mkdir(parents=True, exist_ok=True)
     (conf / "spark-defaults.conf").write_text(
@@ -65,19 +76,26 @@ def _runs(url: str) -> list[dict[str, Any]]:
         return [dict(r._mapping) for r in c.execute(select(schema_obs.runs))]
 
 
-def run(work: Path, *, rounds: int = 1, employees: int = 60) -> dict[str, Any]:
-    """Run the demo DAG on a fresh cluster under ``work``. Returns what happened."""
+def run(work: Path, *, rounds: int = 1, employees: int = 60, s3: bool = False
+        ) -> dict[str, Any]:
+    """Run the demo DAG on a fresh cluster under ``work``. Returns what happened.
+
+    ``s3``: staging roots and targets on a bucket of a real S3-compatible server.
+    """
     from changeflow.demo.hr import generate
 
     shutil.rmtree(work, ignore_errors=True)
     work.mkdir(parents=True)
     pg = PgCluster().start()  # under /tmp: the postgres user must reach its directory
     spark = SparkStandalone(workers=2, root=work / "spark")
+    store = S3Server(root=work / "s3") if s3 else None
     try:
         for n in (1, 2):
             pg.createdb(f"state{n}")
+        if store is not None:
+            store.start().create_bucket("demo")
         spark.start()
-        env = environment(work, pg, spark.master_url)
+        env = environment(work, pg, spark.master_url, store)
         generate(str(work / "source"), rounds=rounds, employees=employees, changes=30)
         sh = [str(ROOT / "scripts" / "env.sh")]
         subprocess.run([*sh, "airflow", "db", "migrate"], cwd=ROOT, env=env, check=True,
@@ -89,7 +107,10 @@ def run(work: Path, *, rounds: int = 1, employees: int = 60) -> dict[str, Any]:
         status = spark.status()
         apps = [a["name"] for a in status.get("completedapps", []) + status.get("activeapps", [])]
         runs = [r for n in (1, 2) for r in _runs(env[f"CHANGEFLOW_SITE{n}_STATE_URL"])]
+        objects = store.objects("demo") if store is not None else []
         return {"returncode": done.returncode, "log": str(work / "dagrun.log"),
+                "objects": len(objects),
+                "magic_left": [k for k in objects if "__magic" in k],
                 "master": spark.master_url, "workers": len(status.get("workers", [])),
                 "applications": sorted(apps),
                 "runs": sorted(f"{r['kind']}:{r['name']}:{r['status']}" for r in runs),
@@ -97,17 +118,22 @@ def run(work: Path, *, rounds: int = 1, employees: int = 60) -> dict[str, Any]:
     finally:
         spark.stop(keep_logs=True)
         pg.stop()
+        if store is not None:
+            store.stop(keep=True)
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = argv if argv is not None else sys.argv[1:]
+    args = list(argv if argv is not None else sys.argv[1:])
+    s3 = "--s3" in args
+    args = [a for a in args if a != "--s3"]
     work = Path(args[0] if args else ROOT / "work" / "cluster").resolve()
-    result = run(work)
+    result = run(work, s3=s3)
     print(json.dumps(result, indent=2))
     expected = {"changeflow-capture-capture_hr", "changeflow-propagation-dbs1_to_dbs2",
                 "changeflow-apply-apply_dbs2", "changeflow-verify-apply_dbs2"}
     ok = result["returncode"] == 0 and result["verified"] and \
-        expected <= set(result["applications"])
+        expected <= set(result["applications"]) and not result["magic_left"] and \
+        (not s3 or result["objects"] > 0)
     print("cluster demo " + ("PASSED" if ok else f"FAILED (see {result['log']})"))
     return 0 if ok else 1
 
