@@ -76,6 +76,8 @@ class DagState:
     known: bool
     paused: bool | None = None
     in_flight: list[str] = field(default_factory=list)
+    #: runs in flight that have not started (queued: a paused DAG's never start)
+    waiting: list[str] = field(default_factory=list)
 
 
 def dag_state(dag: str) -> DagState:
@@ -89,9 +91,10 @@ def dag_state(dag: str) -> DagState:
         model = session.get(DagModel, dag)
         if model is None:
             return DagState(dag, False)
-        runs = session.scalars(select(DagRun.run_id).where(
+        runs = session.execute(select(DagRun.run_id, DagRun.state, DagRun.start_date).where(
             DagRun.dag_id == dag, DagRun.state.in_(IN_FLIGHT))).all()
-        return DagState(dag, True, bool(model.is_paused), list(runs))
+        return DagState(dag, True, bool(model.is_paused), [r[0] for r in runs],
+                        [r[0] for r in runs if r[1] == "queued" and r[2] is None])
 
 
 def require_dag(dag: str) -> DagState:
@@ -127,7 +130,11 @@ def is_paused(dag: str) -> bool | None:
 
 
 def pause_when_idle(dag: str, timeout: float, poll: float = 0.5) -> DagState:
-    """Pause a DAG once no run of it is queued or running (waiting up to ``timeout`` s).
+    """Pause a DAG once no run of it is running (waiting up to ``timeout`` s).
+
+    A run still queued, never started, does not hold the pause: Airflow starts no run of
+    a paused DAG, so it waits (and is the run that resumes the window when the schedule
+    is enabled again, :func:`resume`).
 
     Returns the DAG's state: ``paused`` False when runs were still in flight at the end
     of the wait (the listener pauses it when the last one ends).
@@ -135,7 +142,7 @@ def pause_when_idle(dag: str, timeout: float, poll: float = 0.5) -> DagState:
     deadline = time.monotonic() + timeout
     while True:
         state = require_dag(dag)
-        if not state.in_flight:
+        if not set(state.in_flight) - set(state.waiting):
             set_paused(dag, True)
             return DagState(dag, True, True, [])
         if time.monotonic() >= deadline:
@@ -220,6 +227,9 @@ def resume(store: Any, name: str, dag: str, *, by: str = "cli",
         return None
     if row.process and process_alive(row.process) is not False:
         return None
+    waiting = dag_state(dag).waiting
+    if waiting:  # queued while the DAG was paused: it starts now, and runs the window
+        return waiting[0]
     return trigger(dag, note="schedule enabled: the open window resumes", user=user, by=by)
 
 
