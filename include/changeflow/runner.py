@@ -60,15 +60,15 @@ def run_component(spark: SparkSession, cfg: PipelineConfig | Pipeline, kind: str
 
         return propagate_once(spark, pipe, name, rule_filter=client.rule_filter,
                               lease_wait=lease_wait)
-    # the apply's entry points take the configuration and the rule-set filter
+    # the apply's entry points take the resolved pipeline and the rule-set filter
     if client.spec.target is not None:
         from changeflow.apply.postgres import apply_pg_once
 
-        return apply_pg_once(spark, pipe.cfg, name, rule_filter=client.rule_filter,
+        return apply_pg_once(spark, pipe, name, rule_filter=client.rule_filter,
                              lease_wait=lease_wait)
     from changeflow.apply.engine import apply_once
 
-    return apply_once(spark, pipe.cfg, name, rule_filter=client.rule_filter,
+    return apply_once(spark, pipe, name, rule_filter=client.rule_filter,
                       lease_wait=lease_wait)
 
 

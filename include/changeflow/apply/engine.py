@@ -39,7 +39,8 @@ from changeflow.apply.handlers import Handlers
 from changeflow.apply.passes import Pass
 from changeflow.config import ApplySpec, PipelineConfig
 from changeflow.errors import ConfigError, TerminalError
-from changeflow.sites import consumer_name, open_pipeline, queue_site
+from changeflow.pipeline import Pipeline, resolve
+from changeflow.sites import SiteRuntime, consumer_name
 from changeflow.state.leases import Lease
 from changeflow.targets.catalog import IcebergTargets
 
@@ -78,21 +79,23 @@ class ApplyResult:
     timings: dict[str, float] = field(default_factory=dict)
 
 
-def targets_of(cfg: PipelineConfig, spec: ApplySpec) -> IcebergTargets:
+def targets_of(cfg: PipelineConfig | Pipeline, spec: ApplySpec) -> IcebergTargets:
     """The Iceberg target tables of the site an apply runs at (its queue's site)."""
-    rt, _ = queue_site(cfg, spec.queue)
+    rt = resolve(cfg).queue(spec.queue).site
     return IcebergTargets(rt.name, rt.store, rt.spec.target_root,
                           format_version=spec.iceberg.format_version)
 
 
 def apply_once(
-    spark: SparkSession, cfg: PipelineConfig, name: str, *,
+    spark: SparkSession, pipeline: PipelineConfig | Pipeline, name: str, *,
     rule_filter: RuleFilter | None = None, max_batches: int | None = None,
     lease_wait: float = 0.0,
 ) -> ApplyResult:
     """Apply the pending batches of the apply's queue (up to its pass limits).
 
     Args:
+        pipeline: the run's resolved pipeline (:mod:`changeflow.pipeline`), or a
+            configuration to resolve.
         rule_filter: the apply's rule sets, e.g. ``RuleSetPair.filter``.
         max_batches: cap the run at this many batches (besides the pass limits).
         lease_wait: seconds to wait when another run of the apply holds its lease.
@@ -110,16 +113,18 @@ def apply_once(
             error queue; what came before it is committed).
     """
     started = time.monotonic()
-    open_pipeline(cfg)
+    pipe = resolve(pipeline).open()
+    cfg = pipe.cfg
     spec: ApplySpec = cfg.component("apply", name)
     if spec.target is not None:
         raise ConfigError(f"apply {name!r} has a postgres target: run it with "
                           "changeflow.apply.postgres.apply_pg_once", file=cfg.source_path)
-    rt, queue = queue_site(cfg, spec.queue)
+    handle = pipe.queue(spec.queue)
+    rt, queue = handle.site, handle.name
     handlers = Handlers.from_config(spec.handlers, spark)
     dests = enq.destinations(cfg, spec)
     result = ApplyResult(name)
-    targets = targets_of(cfg, spec)
+    targets = targets_of(pipe, spec)
     targets.register(spark)
     touched: set[str] = set()
     with Lease(rt.store, f"apply:{name}", wait=lease_wait) as lease:
@@ -138,24 +143,23 @@ def apply_once(
             touched.update(step.written_tables)
             result.passes += 1
             if step.stopped is not None:
-                _finish(spark, cfg, spec, targets, touched, result, started)
+                _finish(spark, rt, queue, spec, targets, touched, result, started)
                 raise ApplyStoppedError(step.stopped)
             if complete:
                 result.batches += len(batches)
                 result.messages += sum(b.n_messages for b in batches)
                 break
-    _finish(spark, cfg, spec, targets, touched, result, started)
+    _finish(spark, rt, queue, spec, targets, touched, result, started)
     return result
 
 
-def _finish(spark: SparkSession, cfg: PipelineConfig, spec: ApplySpec,
+def _finish(spark: SparkSession, rt: SiteRuntime, queue: str, spec: ApplySpec,
             targets: IcebergTargets, touched: set[str], result: ApplyResult,
             started: float) -> None:
     from changeflow.apply.status import record_run
     from changeflow.queues.retention import purge
     from changeflow.targets.maintenance import maintain
 
-    rt, queue = queue_site(cfg, spec.queue)
     t0 = time.monotonic()
     if result.batches:
         purge(spark, rt.catalog, queue)

@@ -50,8 +50,9 @@ from changeflow.apply.pg_apply import PgApplier, SourceTxn, source_transactions
 from changeflow.config import ApplySpec, PipelineConfig
 from changeflow.errors import ConfigError, TransientError
 from changeflow.pgconn import connect, resolve_url
+from changeflow.pipeline import Pipeline, resolve
 from changeflow.queues import arrow_io
-from changeflow.sites import consumer_name, open_pipeline, queue_site
+from changeflow.sites import SiteRuntime, consumer_name, queue_site
 from changeflow.state.leases import Lease
 
 if TYPE_CHECKING:
@@ -138,7 +139,7 @@ def _read(spark: SparkSession | None, cfg: PipelineConfig, batches: list[Batch],
 
 def apply_pg_once(
     spark: SparkSession | None,
-    cfg: PipelineConfig,
+    pipeline: PipelineConfig | Pipeline,
     name: str,
     *,
     rule_filter: RuleFilter | None = None,
@@ -151,7 +152,8 @@ def apply_pg_once(
 
     Args:
         spark: needed only for ``rule_filter`` and enqueue destinations.
-        cfg: the pipeline; ``name`` must be an apply with a ``postgres`` target.
+        pipeline: the run's resolved pipeline (or a configuration to resolve);
+            ``name`` must be an apply with a ``postgres`` target.
         rule_filter: the apply's rule sets, e.g. ``RuleSetPair.filter``.
         max_batches: stop after about this many batches.
         batches_per_round: batches read, applied and acknowledged together (within the
@@ -167,11 +169,13 @@ def apply_pg_once(
     """
     started = time.monotonic()
     arrowpool.use_jemalloc()
-    open_pipeline(cfg)
+    pipe = resolve(pipeline).open()
+    cfg = pipe.cfg
     spec: ApplySpec = cfg.component("apply", name)
     if spec.target is None:
         raise ConfigError(f"apply {name!r} has no postgres target", file=cfg.source_path)
-    rt, queue = queue_site(cfg, spec.queue)
+    handle = pipe.queue(spec.queue)
+    rt, queue = handle.site, handle.name
     handlers = Handlers.from_config(spec.handlers, None)
     dests = enq.destinations(cfg, spec)
     result = PgApplyResult(name)
@@ -182,7 +186,7 @@ def apply_pg_once(
                             effective_handlers(rt.store, name, spec.conflicts.handlers),
                             lease, result)
         applier.check_handlers()
-        _rounds(spark, cfg, spec, applier, rule_filter, dests, max_batches,
+        _rounds(spark, cfg, spec, rt, queue, applier, rule_filter, dests, max_batches,
                 batches_per_round, result)
         applier.prune()
     from changeflow.apply.status import record_run
@@ -202,10 +206,9 @@ def apply_pg_once(
 
 
 def _rounds(spark: SparkSession | None, cfg: PipelineConfig, spec: ApplySpec,
-            applier: PgApplier, rule_filter: RuleFilter | None,
+            rt: SiteRuntime, queue: str, applier: PgApplier, rule_filter: RuleFilter | None,
             dests: list[enq.Destination], max_batches: int | None, per_round: int,
             result: PgApplyResult) -> None:
-    rt, queue = queue_site(cfg, spec.queue)
     consumer = consumer_name("apply", spec.name)
     while max_batches is None or result.batches < max_batches:
         batches = rt.catalog.pending(queue, consumer, max_batches=per_round,
