@@ -25,6 +25,7 @@ from typing import TYPE_CHECKING, Any
 
 from changeflow.config import PipelineConfig
 from changeflow.errors import ConfigError
+from changeflow.pipeline import Pipeline, resolve
 from changeflow.schedules import alerts, model
 from changeflow.schedules.outages import check_destination
 from changeflow.schedules.store import ScheduleRow, ScheduleStore
@@ -33,7 +34,7 @@ from changeflow.schedules.undeliverable import (
     mark_undeliverable,
     set_aside_bad_batch,
 )
-from changeflow.sites import open_pipeline, queue_site
+from changeflow.sites import queue_site
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -155,7 +156,7 @@ def clear_stale_process(store: ScheduleStore, name: str) -> str | None:
 
 
 def run_window(
-    spark: SparkSession, cfg: PipelineConfig, name: str, *, start: dt.datetime,
+    spark: SparkSession, pipeline: PipelineConfig | Pipeline, name: str, *, start: dt.datetime,
     end: dt.datetime, clock: Clock | None = None,
     propagate: Callable[..., PropagationResult] | None = None,
     rule_filter: Callable[[Any], Any] | None = None,
@@ -173,7 +174,10 @@ def run_window(
     without ``changeflow queues relocate``) is refused at start-up (``ConfigError``).
 
     Args:
+        pipeline: the run's resolved pipeline (or a configuration to resolve); every
+            pass of the window gets the same one.
         propagate: the pass to run (default :func:`changeflow.propagation.propagate_once`).
+        rule_filter: the propagation's rule sets (None: no filter).
         alive: called between passes and while waiting; when it returns False (the
             Airflow task that started the job is gone) the window stops.
     """
@@ -181,13 +185,15 @@ def run_window(
 
     clock = clock or Clock()
     propagate = propagate or propagate_once
+    pipe = resolve(pipeline)
+    cfg = pipe.cfg
     store = ensure_schedule(cfg, name, clock.now())
     clear_stale_process(store, name)
     report = WindowReport(name, start, end, late=clock.now() >= end)
     store.set_process(name, this_process())
     try:
-        _start_up(cfg, name, store, report, clock)
-        _loop(spark, cfg, name, store, report, clock, propagate, rule_filter,
+        _start_up(pipe, name, store, report, clock)
+        _loop(spark, pipe, name, store, report, clock, propagate, rule_filter,
               alive or (lambda: True))
     finally:
         row = store.get(name)
@@ -198,7 +204,7 @@ def run_window(
     return report
 
 
-def _start_up(cfg: PipelineConfig, name: str, store: ScheduleStore, report: WindowReport,
+def _start_up(pipe: Pipeline, name: str, store: ScheduleStore, report: WindowReport,
               clock: Clock) -> None:
     """Check the destination and open every site; an outage is a counted failure.
 
@@ -213,9 +219,10 @@ def _start_up(cfg: PipelineConfig, name: str, store: ScheduleStore, report: Wind
         return  # the loop reports it
     if row.state.next_retry is not None and clock.now() < row.state.next_retry:
         return  # a retry is pending: the loop waits for it
+    cfg = pipe.cfg
     try:
         check_destination(cfg, name)
-        open_pipeline(cfg)
+        pipe.open()
     except ConfigError:
         raise
     except Exception as exc:  # noqa: BLE001 (classified below)
@@ -228,7 +235,7 @@ def _message(exc: BaseException) -> str:
     return f"{type(exc).__name__}: {exc}".splitlines()[0]
 
 
-def _loop(spark: SparkSession, cfg: PipelineConfig, name: str, store: ScheduleStore,
+def _loop(spark: SparkSession, pipe: Pipeline, name: str, store: ScheduleStore,
           report: WindowReport, clock: Clock, propagate: Callable[..., PropagationResult],
           rule_filter: Callable[[Any], Any] | None, alive: Callable[[], bool]) -> None:
     while True:
@@ -252,19 +259,20 @@ def _loop(spark: SparkSession, cfg: PipelineConfig, name: str, store: ScheduleSt
                 return
             clock.sleep(min(POLL, (retry - now).total_seconds()))
             continue
-        found = _attempt(spark, cfg, name, store, report, clock, propagate, rule_filter)
+        found = _attempt(spark, pipe, name, store, report, clock, propagate, rule_filter)
         if not found and report.ok:
             _idle(store, name, report.end, clock, alive)
 
 
-def _attempt(spark: SparkSession, cfg: PipelineConfig, name: str, store: ScheduleStore,
+def _attempt(spark: SparkSession, pipe: Pipeline, name: str, store: ScheduleStore,
              report: WindowReport, clock: Clock, propagate: Callable[..., PropagationResult],
              rule_filter: Callable[[Any], Any] | None) -> bool:
     """One propagation pass. Returns whether it found anything to propagate."""
+    cfg = pipe.cfg
     report.passes += 1
     try:
         check_destination(cfg, name)
-        res = propagate(spark, cfg, name, rule_filter=rule_filter)
+        res = propagate(spark, pipe, name, rule_filter=rule_filter)
     except Exception as exc:  # noqa: BLE001 (every failure is classified, then handled)
         message = _message(exc)
         what = disposition(exc)
