@@ -8,7 +8,7 @@ STAMP := $(VENV)/.installed
 PYTHON ?= python3
 
 .PHONY: setup demo test test-long test-fast bench bench-report chaos airflow lint typecheck render clean system-deps \
-	cluster demo-3site clean-jars
+	cluster airflow-prod demo-3site clean-jars
 
 ## setup: system packages, the virtualenv with pinned requirements, the package itself,
 ## and the JVM jars (jvm/*/pom.xml) copied from Maven Central into jars/ (git-ignored)
@@ -54,9 +54,15 @@ test-long: setup
 test-fast: setup
 	$(ENV) $(PY) -m pytest -q tests -m "not slow and not airflow and not postgres"
 
-## cluster: the demo DAG on a Spark standalone cluster (master + 2 workers), state on PostgreSQL
+## cluster: the demo DAG on a Spark standalone cluster (master + 2 workers), both sites'
+## staging roots and targets on an S3-compatible server (S3Proxy), state on PostgreSQL
 cluster: setup
-	$(ENV) $(PY) -m changeflow.testing.cluster_demo
+	$(ENV) $(PY) -m changeflow.testing.cluster_demo --s3
+
+## airflow-prod: Airflow with the LocalExecutor on a PostgreSQL metadata database, three
+## propagations with overlapping windows and an apply at once, one destination cut off
+airflow-prod: setup
+	$(ENV) $(PY) -m changeflow.testing.airflow_prod
 
 ## demo-3site: the demo as a directed network of three sites (config/demo-3site.yaml)
 demo-3site: setup
@@ -77,7 +83,9 @@ bench: setup
 bench-report: setup
 	$(ENV) $(PY) -m bench.report --write-readme --write-docs --plot
 
-## chaos: the long chaos suite (50+ kills, concurrent runs, outages, pgbench); chaos-results.json
+## chaos: the long chaos suite (50+ kills, concurrent runs, outages, pgbench, Spark workers
+## lost mid-stage on a cluster over an object store); chaos-results.json
+CHAOS_ARGS ?= --cluster-kills 2
 chaos: setup
 	$(ENV) $(PY) -m changeflow.testing.chaos --postgres $(CHAOS_ARGS)
 

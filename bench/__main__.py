@@ -45,6 +45,7 @@ SUITES = [
     ("reliability", "bench.reliability_bench", "rows", True),
     ("scaling", "bench.scaling_bench", "pg", True),
     ("kafka", "bench.kafka_bench", "pg", True),
+    ("cluster", "bench.cluster_bench", "rows", True),
 ]
 
 
