@@ -100,4 +100,8 @@ def round_trip(uri: str, *, payload: int = 1024) -> Probe:
         if storage.is_object_store(uri):
             raise storage.error_for(exc, uri, f"{step} of a probe object") from exc
         raise
+    finally:
+        if step in ("list", "read"):  # failed after the write: leave no probe behind
+            with contextlib.suppress(OSError):
+                fs.delete_file(name)
     return probe
