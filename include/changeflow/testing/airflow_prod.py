@@ -121,7 +121,7 @@ def run(work: Path, *, windows: int = 3) -> dict[str, Any]:
     server = None
     enq = None
     try:
-        meta = pg.createdb("airflow")
+        pg.createdb("airflow")
         s1, s2 = (pg.createdb(f"prod_s{i}").replace("postgresql://", "postgresql+psycopg://", 1)
                   for i in (1, 2))
         start = (dt.datetime.now(dt.UTC) + dt.timedelta(seconds=60)).replace(microsecond=0)
@@ -136,7 +136,7 @@ def run(work: Path, *, windows: int = 3) -> dict[str, Any]:
         write(cfg, project_root=str(work), pipeline="prod", out_dir=str(work / "dags"))
         if not (work / "jobs").exists():
             (work / "jobs").symlink_to(ROOT / "jobs")
-        where = f"postgres@127.0.0.1:{pg.port}/{meta.rsplit('/', 1)[1].split('?', 1)[0]}"
+        where = f"postgres@127.0.0.1:{pg.port}/airflow"  # TCP: Airflow's URL takes no socket
         server = AirflowServer(work / "airflow", work / "dags", env={
             "CHANGEFLOW_CONFIG": str(work / "p.yaml"), "CHANGEFLOW_PIPELINE": "prod",
             "AIRFLOW__DATABASE__SQL_ALCHEMY_CONN": f"postgresql+psycopg2://{where}",
