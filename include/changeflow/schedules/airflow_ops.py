@@ -132,9 +132,9 @@ def is_paused(dag: str) -> bool | None:
 def pause_when_idle(dag: str, timeout: float, poll: float = 0.5) -> DagState:
     """Pause a DAG once no run of it is running (waiting up to ``timeout`` s).
 
-    A run still queued, never started, does not hold the pause: Airflow starts no run of
-    a paused DAG, so it waits (and is the run that resumes the window when the schedule
-    is enabled again, :func:`resume`).
+    A run still queued, never started, does not hold the pause: it is deleted once the
+    DAG is paused (it would start with the next enable and hold the window job that
+    enable resumes behind it; the enable starts a run of its own, :func:`resume`).
 
     Returns the DAG's state: ``paused`` False when runs were still in flight at the end
     of the wait (the listener pauses it when the last one ends).
@@ -144,10 +144,27 @@ def pause_when_idle(dag: str, timeout: float, poll: float = 0.5) -> DagState:
         state = require_dag(dag)
         if not set(state.in_flight) - set(state.waiting):
             set_paused(dag, True)
+            if state.waiting:
+                _retry_locked(_drop_waiting, dag, state.waiting)
             return DagState(dag, True, True, [])
         if time.monotonic() >= deadline:
             return state
         time.sleep(poll)
+
+
+def _drop_waiting(dag: str, run_ids: list[str]) -> None:
+    """Delete runs of a paused DAG that are still queued and never started."""
+    from airflow.models.dagrun import DagRun
+    from airflow.utils.session import create_session
+    from sqlalchemy import select
+
+    with create_session() as session:
+        for run in session.scalars(select(DagRun).where(
+                DagRun.dag_id == dag, DagRun.run_id.in_(run_ids), DagRun.state == "queued",
+                DagRun.start_date.is_(None))).all():
+            log.info("DAG %s paused: its queued run %s, never started, is removed", dag,
+                     run.run_id)
+            session.delete(run)
 
 
 @dataclass
