@@ -78,11 +78,11 @@ def _capture(spark: SparkSession, pipe: Pipeline, client: Client, lease_wait: fl
     if source == "debezium":
         from changeflow.debezium.capture import run_debezium_capture
 
-        return run_debezium_capture(spark, pipe.cfg, name, rule_filter, lease_wait=lease_wait)
+        return run_debezium_capture(spark, pipe, name, rule_filter, lease_wait=lease_wait)
     if source == "kafka":
         from changeflow.debezium.kafka import run_kafka_capture
 
-        return run_kafka_capture(spark, pipe.cfg, name, rule_filter, lease_wait=lease_wait)
+        return run_kafka_capture(spark, pipe, name, rule_filter, lease_wait=lease_wait)
     if source == "postgres":
         from changeflow.capture.postgres import run_pg_capture
 

@@ -37,10 +37,11 @@ from changeflow.debezium import convert, locate, onepass, reader
 from changeflow.debezium import envelope as E
 from changeflow.debezium.config import DebeziumSource
 from changeflow.errors import ConfigError
+from changeflow.pipeline import Pipeline, resolve
 from changeflow.queues import arrow_io as qarrow
 from changeflow.queues import io as qio
 from changeflow.queues.model import NewBatch
-from changeflow.sites import SiteRuntime, open_pipeline, queue_site
+from changeflow.sites import SiteRuntime
 from changeflow.state import schema, utcnow
 from changeflow.state.leases import Lease
 
@@ -311,11 +312,15 @@ def check_quality(spark: SparkSession, cfg: PipelineConfig, spec: CaptureSpec, q
     return quality.check_batch(spark, cfg, stage=stage, batch=batch, queue=spec.queue)
 
 
-def capture_files(spark: SparkSession, cfg: PipelineConfig, spec: CaptureSpec,
+def capture_files(spark: SparkSession, pipeline: PipelineConfig | Pipeline,
+                  spec: CaptureSpec,
                   files: list[tuple[str, int, float]], result: DebeziumCaptureResult,
                   rule_filter: RuleFilter | None = None, lease: Lease | None = None) -> int:
     """Capture a list of files as one batch. Returns the messages enqueued."""
-    rt, queue = queue_site(cfg, spec.queue)
+    pipe = resolve(pipeline)
+    cfg = pipe.cfg
+    handle = pipe.queue(spec.queue)
+    rt, queue = handle.site, handle.name
     uris = [f[0] for f in files]
     dedup = "dbzcapture:{}:{}".format(spec.name, hashlib.sha256(
         "\n".join(uris).encode()).hexdigest()[:32])
@@ -347,7 +352,7 @@ def capture_files(spark: SparkSession, cfg: PipelineConfig, spec: CaptureSpec,
     return batch.n_messages if batch is not None else 0
 
 
-def run_debezium_capture(spark: SparkSession, cfg: PipelineConfig, name: str,
+def run_debezium_capture(spark: SparkSession, pipeline: PipelineConfig | Pipeline, name: str,
                          rule_filter: RuleFilter | None = None, *,
                          lease_wait: float = 0.0) -> DebeziumCaptureResult:
     """Capture every new change-event file of a Debezium source, as one batch.
@@ -358,15 +363,16 @@ def run_debezium_capture(spark: SparkSession, cfg: PipelineConfig, name: str,
             its table, a captured file changed (terminal; nothing is enqueued).
     """
     started = time.monotonic()
-    open_pipeline(cfg)
+    pipe = resolve(pipeline).open()
+    cfg = pipe.cfg
     spec: CaptureSpec = cfg.component("capture", name)
-    rt, _ = queue_site(cfg, spec.queue)
+    rt = pipe.queue(spec.queue).site
     result = DebeziumCaptureResult(name)
     with Lease(rt.store, f"capture:{name}", wait=lease_wait) as lease:
         files, result.waiting_files = pending_files(spark, rt, spec)
         if files:
             result.files = len(files)
-            result.messages = capture_files(spark, cfg, spec, files, result, rule_filter, lease)
+            result.messages = capture_files(spark, pipe, spec, files, result, rule_filter, lease)
             result.batches = 1 if result.messages else 0
     result.seconds = time.monotonic() - started
     log.info("capture %s: %s files, %s events, %s messages enqueued in %.1f s (%s JSON "

@@ -45,8 +45,8 @@ from changeflow.debezium import envelope as E
 from changeflow.debezium.capture import RuleFilter, check_quality, value_error
 from changeflow.debezium.config import KafkaSource
 from changeflow.errors import ConfigError, TerminalError
+from changeflow.pipeline import Pipeline, resolve
 from changeflow.queues import io as qio
-from changeflow.sites import open_pipeline, queue_site
 from changeflow.state import schema, utcnow
 from changeflow.state.leases import Lease
 
@@ -221,12 +221,16 @@ def _convert(spark: SparkSession, source: KafkaSource, ranges: Any,
     return convert.to_lcrs(read_records(spark, source, ranges), events, tables, by_txn=by_txn)
 
 
-def capture_ranges(spark: SparkSession, cfg: PipelineConfig, spec: CaptureSpec,
+def capture_ranges(spark: SparkSession, pipeline: PipelineConfig | Pipeline,
+                   spec: CaptureSpec,
                    ranges: dict[tuple[str, int], tuple[int, int]], result: KafkaCaptureResult,
                    rule_filter: RuleFilter | None = None, lease: Lease | None = None) -> int:
     """Capture the records of ``ranges`` as one batch, committed with the new offsets."""
     source = kafka_source(spec)
-    rt, queue = queue_site(cfg, spec.queue)
+    pipe = resolve(pipeline)
+    cfg = pipe.cfg
+    handle = pipe.queue(spec.queue)
+    rt, queue = handle.site, handle.name
     dedup = "kafkacapture:{}:{}".format(spec.name, hashlib.sha256(
         _offsets_json(ranges, 0).encode()).hexdigest()[:32])
     df = _convert(spark, source, ranges, result)
@@ -260,7 +264,7 @@ def capture_ranges(spark: SparkSession, cfg: PipelineConfig, spec: CaptureSpec,
     return batch.n_messages if batch is not None else 0
 
 
-def run_kafka_capture(spark: SparkSession, cfg: PipelineConfig, name: str,
+def run_kafka_capture(spark: SparkSession, pipeline: PipelineConfig | Pipeline, name: str,
                       rule_filter: RuleFilter | None = None, *,
                       lease_wait: float = 0.0) -> KafkaCaptureResult:
     """Capture every new record of a Kafka source's topics, as one batch.
@@ -273,15 +277,16 @@ def run_kafka_capture(spark: SparkSession, cfg: PipelineConfig, name: str,
             nothing is enqueued, no offset moves).
     """
     started = time.monotonic()
-    open_pipeline(cfg)
+    pipe = resolve(pipeline).open()
+    cfg = pipe.cfg
     spec: CaptureSpec = cfg.component("capture", name)
     source = kafka_source(spec)
-    rt, _ = queue_site(cfg, spec.queue)
+    rt = pipe.queue(spec.queue).site
     result = KafkaCaptureResult(name)
     with Lease(rt.store, f"capture:{name}", wait=lease_wait) as lease:
         ranges = plan(stored_offsets(rt, name), broker_offsets(spark, source))
         if ranges:
-            result.messages = capture_ranges(spark, cfg, spec, ranges, result, rule_filter,
+            result.messages = capture_ranges(spark, pipe, spec, ranges, result, rule_filter,
                                              lease)
             result.batches = 1 if result.messages else 0
         result.offsets = {f"{t}:{p}": o for (t, p), o in stored_offsets(rt, name).items()}
