@@ -241,6 +241,7 @@ def _copy_project(dest: Path) -> None:
             (dest / rel).parent.mkdir(parents=True, exist_ok=True)
             shutil.copy2(src, dest / rel)
     (dest / ".venv").symlink_to(ROOT / ".venv")
+    (dest / "jars").symlink_to(ROOT / "jars")  # what `make setup` fetched (git-ignored)
 
 
 UNSAFE = re.compile(r"[$`*?~\[\]{}\\'\"]")
