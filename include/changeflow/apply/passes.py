@@ -343,7 +343,7 @@ class Pass:
         staged = tcommit.stage(self.spark, self.targets, plan.table, self.pass_id,
                                plan.images(tag, excluded),
                                partial=plan.partial or plan.folded_partial,
-                               truncate=plan.cutoff is not None)
+                               truncate=plan.cutoff is not None, located=plan.located())
         return TargetWrite(plan.table, staged, expected)
 
     def _rows_at(self, plan: TablePlan) -> int:

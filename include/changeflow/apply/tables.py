@@ -18,6 +18,7 @@ from changeflow.apply.config import ConflictHandlerSpec
 from changeflow.apply.errorq import FailedTxn
 from changeflow.apply.positions import TxnId
 from changeflow.targets.catalog import IcebergTargets, TargetTable
+from changeflow.targets.rowdelta import LOCATION
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -214,6 +215,13 @@ class TablePlan:
             *keys, F.coalesce("_before", F.lit(False)).alias("before"),
             F.coalesce("_present", F.coalesce("_before", F.lit(False))).alias("present"))
 
+    def located(self) -> DataFrame | None:
+        """Where the current rows of the changed keys are (key and location), when looked
+        up; the write deletes them by position instead of scanning for them."""
+        if self.current is None:
+            return None
+        return self.current.select(*self.table.key_columns, *LOCATION)
+
     @property
     def folded_partial(self) -> bool:
         """Whether a resolved conflict left columns to the current row (a partial image)."""
@@ -223,8 +231,10 @@ class TablePlan:
 
 def lookup_current(spark: SparkSession, targets: IcebergTargets, table: TargetTable,
                    keys: DataFrame, columns: list[str]) -> DataFrame:
-    """Per changed key that exists at the snapshot the pass read: its provenance and the
-    given columns (``_c_exists``, ``_c_src``, ``_c_scn``, ``_c_pos``, ``_c_<column>``).
+    """Per changed key that exists at the snapshot the pass read: its provenance, the
+    given columns and where the row is (``_c_exists``, ``_c_src``, ``_c_scn``,
+    ``_c_pos``, ``_c_<column>``, and Iceberg's ``_file`` and ``_pos`` as
+    :data:`~changeflow.targets.rowdelta.LOCATION`: the write deletes the row by position).
 
     A scan of the key, bookkeeping and given columns of the table, semi-joined with the
     (broadcast) keys: the cost of a few columns, never of the whole rows.
@@ -235,8 +245,9 @@ def lookup_current(spark: SparkSession, targets: IcebergTargets, table: TargetTa
     data = [c for c in dict.fromkeys(columns) if c not in key_cols]
     rows = spark.sql(f"SELECT * FROM {targets.ident(table.name)} "
                      f"VERSION AS OF {table.snapshot}")
-    rows = rows.select(*key_cols, "_cf_src", "_cf_scn", "_cf_pos", *data)
+    rows = rows.select(*key_cols, "_cf_src", "_cf_scn", "_cf_pos", *data, "_file", "_pos")
     return rows.join(F.broadcast(keys), key_cols, "left_semi").select(
         *key_cols, F.lit(True).alias("_c_exists"), F.col("_cf_src").alias("_c_src"),
         F.col("_cf_scn").alias("_c_scn"), F.col("_cf_pos").alias("_c_pos"),
-        *[F.col(c).alias(f"_c_{c}") for c in data])
+        *[F.col(c).alias(f"_c_{c}") for c in data],
+        *[F.col(m).alias(a) for m, a in zip(("_file", "_pos"), LOCATION, strict=True)])

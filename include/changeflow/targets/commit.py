@@ -46,6 +46,8 @@ PREFIX = "spark.sql.iceberg.snapshot-property."
 #: how far back a table's history is searched for a pass (its own crashed attempt)
 SEARCH_DEPTH = 200
 _props_lock = threading.Lock()
+#: the summary properties :func:`snapshot_properties` set (its lock is held meanwhile)
+_active: dict[str, str] = {}
 
 
 class TargetConflictError(TransientError):
@@ -96,36 +98,55 @@ def snapshot_properties(spark: SparkSession, props: dict[str, str]) -> Iterator[
     with _props_lock:
         for k, v in props.items():
             spark.conf.set(PREFIX + k, v)
+        _active.update(props)
         try:
             yield
         finally:
+            _active.clear()
             for k in props:
                 spark.conf.unset(PREFIX + k)
 
 
 def stage(spark: SparkSession, targets: IcebergTargets, table: TargetTable, pass_id: str,
-          images: DataFrame, *, partial: bool, truncate: bool) -> Staged:
-    """Merge a pass's final images into a new branch at the snapshot the pass read.
+          images: DataFrame, *, partial: bool, truncate: bool,
+          located: DataFrame | None = None) -> Staged:
+    """Write a pass's final images to a new branch at the snapshot the pass read.
+
+    With ``located`` (the pass's lookup found where the changed keys' rows are), whole
+    images of a format-version 2 table are appended and the located rows deleted by
+    position (:mod:`.rowdelta`: no scan of the table); otherwise one ``MERGE INTO``.
 
     Args:
         images: one row per changed key: the key and data columns, the bookkeeping
             columns, ``_cf_op`` (``D``: delete the row; ``W``: write it) and, when
             ``partial``, ``_cf_absent`` (columns the image lacks: the row keeps them).
         truncate: empty the branch first (a TRUNCATE in the pass).
+        located: per current row of a changed key at ``table.snapshot``: the key and
+            :data:`.rowdelta.LOCATION`.
     """
+    from changeflow.targets import rowdelta
+
     branch = f"cf_{pass_id}_{uuid.uuid4().hex[:6]}"
     ident = targets.ident(table.name)
     at = f" AS OF VERSION {table.snapshot}" if table.snapshot is not None else ""
     spark.sql(f"ALTER TABLE {ident} CREATE BRANCH {q(branch)}{at}")
     target = targets.ident(table.name, branch=branch)
-    if truncate:
-        spark.sql(f"DELETE FROM {target} WHERE true")
-    view = f"cf_images_{uuid.uuid4().hex[:12]}"
-    images.createOrReplaceTempView(view)
-    try:
-        spark.sql(merge_sql(target, view, table, partial=partial))
-    finally:
-        spark.catalog.dropTempView(view)
+    jt = targets.java_table(spark, table.name)
+    assert jt is not None
+    changed: int | None = None
+    if located is not None and table.snapshot is not None and rowdelta.usable(
+            jt, partial=partial, truncate=truncate):
+        changed = rowdelta.write(spark, targets, table, branch, images, located,
+                                 dict(_active))
+    else:
+        if truncate:
+            spark.sql(f"DELETE FROM {target} WHERE true")
+        view = f"cf_images_{uuid.uuid4().hex[:12]}"
+        images.createOrReplaceTempView(view)
+        try:
+            spark.sql(merge_sql(target, view, table, partial=partial))
+        finally:
+            spark.catalog.dropTempView(view)
     staged = Staged(table, branch)
     jt = targets.java_table(spark, table.name)
     assert jt is not None
@@ -133,7 +154,7 @@ def stage(spark: SparkSession, targets: IcebergTargets, table: TargetTable, pass
     staged.snapshot = ref.snapshotId()
     staged.summary = dict(jt.snapshot(staged.snapshot).summary())
     if staged.summary.get(PASS_ID) == pass_id:
-        staged.changed = changed_rows(staged.summary)
+        staged.changed = changed_rows(staged.summary) if changed is None else changed
     if table.snapshot is not None and not truncate:  # a TRUNCATE starts from nothing
         staged.rows_before = rows_of(dict(jt.snapshot(table.snapshot).summary()))
     return staged

@@ -182,3 +182,44 @@ def test_a_crash_anywhere_around_the_commit_applies_exactly_once(
     res = apply_once(spark, cfg, "ap")  # committed with the queue position: nothing again
     assert (res.transactions, res.errors, res.superseded) == (0, 0, 0)
     assert table_rows(spark, cfg) == [(1, "c")]
+
+
+def test_a_pass_deletes_the_rows_it_located_by_position_in_one_snapshot(
+        spark, make_cfg, enqueue) -> None:  # type: ignore[no-untyped-def]
+    """Whole images of a format-version 2 table: the rows the lookup located are deleted
+    by position, the new images added, in one RowDelta (no MERGE scan); every reader
+    sees the same rows, and no state with a key twice or missing is in the history."""
+    from changeflow.targets.read import read_arrow
+
+    cfg = make_cfg(APPLY)
+    enqueue(cfg, [row("INSERT", new=vals(id=i, name=f"n{i}"), pos=i) for i in range(1, 7)])
+    apply_once(spark, cfg, "ap")
+    targets = targets_of(cfg, cfg.applies[0])
+    before = targets.java_table(spark, "hr.emp").currentSnapshot().snapshotId()
+    enqueue(cfg, [row("UPDATE", new=vals(id=1, name="u1"), old=vals(id=1), txn="t2", scn=20),
+                  row("UPDATE", new=vals(id=4, name="u4"), old=vals(id=4), txn="t2", scn=20,
+                      pos=2),
+                  row("DELETE", old=vals(id=5), txn="t3", scn=30),
+                  row("INSERT", new=vals(id=9, name="n9"), txn="t3", scn=30, pos=2)])
+    res = apply_once(spark, cfg, "ap")
+    assert (res.transactions, res.errors, res.rows_changed) == (2, 0, 4)
+    expected = [(1, "u1"), (2, "n2"), (3, "n3"), (4, "u4"), (6, "n6"), (9, "n9")]
+    assert table_rows(spark, cfg) == expected
+    arrow = read_arrow(targets, "hr.emp")  # PyIceberg applies the same delete files
+    assert sorted(zip(arrow.column("id").to_pylist(), arrow.column("name").to_pylist(),
+                      strict=True)) == expected
+    jt = targets.java_table(spark, "hr.emp")
+    snap = jt.currentSnapshot()
+    assert snap.parentId() == before  # one snapshot for the pass
+    summary = dict(snap.summary())
+    assert str(snap.operation()) == "overwrite" and "spark.merge-into.num-target-rows-updated" \
+        not in summary  # a RowDelta, not a MERGE
+    assert int(summary["added-position-deletes"]) == 3  # ids 1, 4 and 5, by position
+    assert int(summary["added-records"]) == 3  # ids 1, 4 and 9
+    it = snap.addedDeleteFiles(jt.io()).iterator()
+    scoped = []
+    while it.hasNext():
+        f = it.next()
+        scoped.append(f.referencedDataFile() is not None)
+    assert scoped and all(scoped)
+    assert [str(b) for b in jt.refs().keySet()] == ["main"]  # no staging or scratch branch

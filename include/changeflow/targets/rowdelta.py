@@ -1,0 +1,174 @@
+"""A pass's write to a branch as one data append and one Iceberg ``RowDelta`` of position
+deletes, from rows the pass already located: no second scan of the table.
+
+The pass looks up the current rows of the keys it changes anyway (conflict detection and
+the quality check need them: :func:`changeflow.apply.tables.lookup_current`), and that
+scan can carry Iceberg's ``_file`` and ``_pos`` metadata columns: where each of those
+rows lives. A ``MERGE INTO`` would scan the table again to find the same rows. Instead:
+
+1. Spark writes the data files of the written images (``_cf_op = 'W'``) with Iceberg's
+   own writer (the table's partitioning, file sizes and column metrics), as an append
+   to a scratch branch that is dropped afterwards;
+2. the located rows of every changed key are deleted by position: one Parquet position
+   delete file per data file (Iceberg's file-scoped deletes, the layout Spark's
+   merge-on-read writes), stored through the table's own ``FileIO`` in its data location
+   and partition;
+3. both, the new data files and the delete files, are committed to the branch in one
+   ``RowDelta``: one snapshot per pass and table, as a ``MERGE INTO`` makes.
+
+The images and the deletes are what a merge-on-read ``MERGE INTO`` would write: readers
+(Spark, PyIceberg, DuckDB, Trino) read them the same way. It applies to format-version 2
+tables whose images are whole rows; a partial image (a column a row keeps), a TRUNCATE in
+the pass, or a format-version 3 table (deletion vectors) take ``MERGE INTO``
+(:func:`changeflow.targets.commit.stage`).
+"""
+
+from __future__ import annotations
+
+import io
+import logging
+import uuid
+from typing import TYPE_CHECKING, Any
+
+from changeflow.targets.catalog import META, IcebergTargets, TargetTable
+from changeflow.targets.tables import q
+
+if TYPE_CHECKING:
+    import pyarrow as pa
+    from pyspark.sql import DataFrame, SparkSession
+
+log = logging.getLogger(__name__)
+#: the reserved field ids of a position delete file's columns (Iceberg's spec)
+FILE_PATH_ID, POS_ID = 2147483546, 2147483545
+#: the located rows' columns (see :func:`changeflow.apply.tables.lookup_current`)
+LOCATION = ("_l_file", "_l_pos")
+
+
+def usable(jt: Any, *, partial: bool, truncate: bool) -> bool:
+    """Whether a staged write can take this path (see the module docstring)."""
+    if partial or truncate:
+        return False
+    return int(jt.operations().current().formatVersion()) == 2
+
+
+def write(spark: SparkSession, targets: IcebergTargets, table: TargetTable, branch: str,
+          images: DataFrame, located: DataFrame, props: dict[str, str]) -> int:
+    """Add the written images and delete the located rows of the changed keys on
+    ``branch`` in one snapshot.
+
+    Spark writes the images' data files (Iceberg's own writer: partitioning, file sizes,
+    column metrics) by appending them to a scratch branch; those files, and one position
+    delete file per data file that loses rows, are then committed to ``branch`` in one
+    ``RowDelta``: the table's history never holds a state with a key twice or missing.
+
+    Args:
+        images: one row per changed key (``_cf_op`` ``W`` or ``D``), whole rows.
+        located: per current row of a changed key at the snapshot the branch starts
+            from: the key columns and :data:`LOCATION`.
+        props: summary properties of the snapshot.
+
+    Returns:
+        Target rows inserted, updated and deleted (as a ``MERGE INTO`` counts them).
+    """
+    from pyspark.sql import functions as F
+
+    keys = table.key_columns
+    base = table.snapshot
+    scratch = f"{branch}w"
+    images = images.persist()
+    try:
+        gone = located.join(images.select(*keys, "_cf_op"), keys).select(
+            F.col(LOCATION[0]).alias("file_path"), F.col(LOCATION[1]).alias("pos"),
+            (F.col("_cf_op") == "D").alias("_deleted")).toArrow()
+        spark.sql(f"ALTER TABLE {targets.ident(table.name)} CREATE BRANCH {q(scratch)} "
+                  f"AS OF VERSION {base}")
+        images.where(F.col("_cf_op") == "W").select(*table.column_names, *META) \
+            .writeTo(targets.ident(table.name, branch=scratch)).append()
+    finally:
+        images.unpersist()
+    jt = targets.java_table(spark, table.name)
+    added = jt.snapshot(jt.refs().get(scratch).snapshotId())
+    files = []
+    if added.snapshotId() != base:
+        it = added.addedDataFiles(jt.io()).iterator()
+        while it.hasNext():
+            files.append(it.next())
+    delta = jt.newRowDelta().toBranch(branch).validateFromSnapshot(base)
+    for k, v in props.items():
+        delta = delta.set(k, v)
+    for f in files:
+        delta = delta.addRows(f)
+    if gone.num_rows:
+        delta = _add_deletes(spark, jt, delta, base, gone)
+    if files or gone.num_rows:
+        delta.commit()
+    spark.sql(f"ALTER TABLE {targets.ident(table.name)} DROP BRANCH IF EXISTS {q(scratch)}")
+    n_written = sum(int(f.recordCount()) for f in files)
+    n_deleted = sum(1 for d in gone.column("_deleted").to_pylist() if d)
+    return n_written + n_deleted
+
+
+def _add_deletes(spark: SparkSession, jt: Any, delta: Any, base: int, gone: pa.Table) -> Any:
+    """Write one position delete file per data file that loses rows; add them to
+    ``delta`` (an Iceberg ``RowDelta``)."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+    import pyarrow.parquet as pq
+
+    jvm = spark.sparkContext._jvm  # noqa: SLF001
+    assert jvm is not None
+    schema = pa.schema([
+        pa.field("file_path", pa.string(), False, {b"PARQUET:field_id": str(FILE_PATH_ID)}),
+        pa.field("pos", pa.int64(), False, {b"PARQUET:field_id": str(POS_ID)})])
+    rows = gone.select(["file_path", "pos"]).sort_by(
+        [("file_path", "ascending"), ("pos", "ascending")]).cast(schema)
+    paths = rows.column("file_path")
+    files = _data_files(jt, base, set(pc.unique(paths).to_pylist()))
+    fio, locations = jt.io(), jt.locationProvider()
+    start, n = 0, rows.num_rows
+    ends = pc.not_equal(paths.slice(1), paths.slice(0, n - 1)) if n > 1 else pa.array([])
+    for end in [i + 1 for i, c in enumerate(ends.to_pylist()) if c] + [n]:
+        part = rows.slice(start, end - start)
+        path = part.column("file_path")[0].as_py()
+        data_file = files[path]
+        spec = jt.specs().get(data_file.specId())
+        buf = io.BytesIO()
+        pq.write_table(part, buf, compression="zstd")
+        blob = buf.getvalue()
+        where = locations.newDataLocation(spec, data_file.partition(),
+                                          f"cf-deletes-{uuid.uuid4().hex}.parquet")
+        out = fio.newOutputFile(where).create()
+        try:
+            out.write(bytearray(blob))
+        finally:
+            out.close()
+        delta = delta.addDeletes(
+            jvm.org.apache.iceberg.FileMetadata.deleteFileBuilder(spec).ofPositionDeletes()
+            .withPath(where).withFormat("parquet").withFileSizeInBytes(len(blob))
+            .withRecordCount(part.num_rows).withPartition(data_file.partition())
+            .withReferencedDataFile(path).build())
+        start = end
+    return delta
+
+
+def _data_files(jt: Any, snapshot: int | None, paths: set[str]) -> dict[str, Any]:
+    """The data files (Iceberg ``DataFile``) of ``paths`` in a snapshot."""
+    scan = jt.newScan()
+    if snapshot is not None:
+        scan = scan.useSnapshot(snapshot)
+    out: dict[str, Any] = {}
+    tasks = scan.planFiles()
+    try:
+        it = tasks.iterator()
+        while it.hasNext():
+            f = it.next().file()
+            loc = str(f.location())
+            if loc in paths:
+                out[loc] = f
+    finally:
+        tasks.close()
+    missing = paths - set(out)
+    if missing:  # the located rows come from this snapshot: a file must be there
+        raise RuntimeError(f"position deletes name data files the snapshot {snapshot} does "
+                           f"not hold: {sorted(missing)[:3]}")
+    return out
