@@ -332,16 +332,16 @@ class Pass:
         return out
 
     def _write_one(self, plan: TablePlan, tag: bytes, excluded: set[TxnId]) -> TargetWrite:
-        expected = plan.expected(excluded) if self.cfg.quality.enabled else None
-        if plan.published is not None:
+        if plan.published is not None:  # checked when that attempt published it
             staged = tcommit.Staged(plan.table, "main", plan.table.snapshot,
                                     plan.published, self._rows_at(plan))
-            return TargetWrite(plan.table, staged, expected, published=True)
+            return TargetWrite(plan.table, staged, None, published=True)
         ensure(self.spark, self.targets, plan.table)
         tcommit.drop_stale_branches(self.spark, self.targets, plan.table.name,
                                     prefix=f"cf_{self.pass_id}_")
-        staged = tcommit.stage(self.spark, self.targets, plan.table, self.pass_id,
-                               plan.images(tag, excluded),
+        images = plan.images(tag, excluded)
+        expected = plan.expected() if self.cfg.quality.enabled else None
+        staged = tcommit.stage(self.spark, self.targets, plan.table, self.pass_id, images,
                                partial=plan.partial or plan.folded_partial,
                                truncate=plan.cutoff is not None, located=plan.located())
         return TargetWrite(plan.table, staged, expected)

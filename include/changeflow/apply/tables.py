@@ -70,6 +70,7 @@ class TablePlan:
     late_from: tuple[Any, ...] | None = None  # a DROP/RENAME COLUMN of the pass
     _checked: bool = False
     _troubled: DataFrame | None = None  # keys whose effects went to the fold, if any
+    _images: DataFrame | None = None  # what the pass writes (cached), once asked for
     _cached: list[DataFrame] = field(default_factory=list)
 
     def prepare(self, changes: DataFrame) -> None:
@@ -89,6 +90,9 @@ class TablePlan:
         if not self.lookup_needed or self.is_new or self.cutoff is not None \
                 or self.table.snapshot is None:
             return
+        # Materialised one after the other: the jobs that read them next (a broadcast of
+        # the keys beside a join of the effects) would each compute them otherwise.
+        self.effects.count()
         keys = self._cache(self.effects.select(*self.table.key_columns).distinct())
         self.keys = keys
         needed = self.compare + [h.resolution_column for h in self.handlers
@@ -96,6 +100,7 @@ class TablePlan:
                                  not in self.compare]
         self.current = self._cache(lookup_current(self.spark, self.targets, self.table, keys,
                                                   needed))
+        self.current.count()
 
     def after_late_ddl(self) -> set[TxnId]:
         """Transactions with rows of this table after its DROP or RENAME COLUMN (in the
@@ -175,7 +180,9 @@ class TablePlan:
         return self._fast(failed).count() + len(kept)
 
     def images(self, tag: bytes, failed: set[TxnId]) -> DataFrame:
-        """What to write: one final image per changed key (fast-path and folded effects)."""
+        """What to write: one final image per changed key (fast-path and folded effects).
+
+        Cached: :meth:`expected` reads it again for the quality check."""
         cols = [*self.table.column_names, *images.E_META]
         out = self._fast(failed).select(*cols)
         folded = [r for r in self.folded if TxnId(r["_e_src"], int(r["_e_scn"]), r["_e_txn"])
@@ -184,25 +191,19 @@ class TablePlan:
             schema = out.schema
             rows = [tuple(r.get(c) for c in cols) for r in folded]
             out = out.unionByName(self.spark.createDataFrame(rows, schema))
-        return images.final_images(out, self.table, tag,
-                                   partial=self.partial or self.folded_partial)
+        self._images = self._cache(images.final_images(
+            out, self.table, tag, partial=self.partial or self.folded_partial))
+        return self._images
 
-    def expected(self, failed: set[TxnId]) -> DataFrame:
-        """Per changed key: whether it should exist once this pass commits."""
-        from pyspark.sql import Window
+    def expected(self) -> DataFrame:
+        """Per changed key: whether it existed before and should exist once this pass
+        commits (the newest applied effect of the key, as :meth:`images` gave it; a key
+        no applied effect touches stays as it was)."""
         from pyspark.sql import functions as F
 
         keys = self.table.key_columns
-        applied = self._fast(failed).select(*keys, *images.ORDER, "_e_kind")
-        folded = [r for r in self.folded if TxnId(r["_e_src"], int(r["_e_scn"]), r["_e_txn"])
-                  not in failed]
-        if folded:
-            applied = applied.unionByName(self.spark.createDataFrame(
-                [tuple(r.get(c) for c in applied.columns) for r in folded], applied.schema))
-        w = Window.partitionBy(*keys).orderBy(*[F.col(c).desc() for c in images.ORDER])
-        last = applied.withColumn("_rn", F.row_number().over(w)).where("_rn = 1").select(
-            *keys, (F.col("_e_kind") != "D").alias("_present"))
-        assert self.effects is not None
+        assert self._images is not None and self.effects is not None, "images() first"
+        last = self._images.select(*keys, (F.col("_cf_op") != "D").alias("_present"))
         every = self.keys if self.keys is not None else self.effects.select(*keys).distinct()
         # a key with a NULL column is never written (its transaction fails: null_key)
         every = every.dropna(subset=keys)

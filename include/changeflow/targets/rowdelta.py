@@ -75,7 +75,8 @@ def write(spark: SparkSession, targets: IcebergTargets, table: TargetTable, bran
     keys = table.key_columns
     base = table.snapshot
     scratch = f"{branch}w"
-    images = images.persist()
+    cached = images.is_cached  # the pass keeps its images for the quality check
+    images = images if cached else images.persist()
     try:
         gone = located.join(images.select(*keys, "_cf_op"), keys).select(
             F.col(LOCATION[0]).alias("file_path"), F.col(LOCATION[1]).alias("pos"),
@@ -85,7 +86,8 @@ def write(spark: SparkSession, targets: IcebergTargets, table: TargetTable, bran
         images.where(F.col("_cf_op") == "W").select(*table.column_names, *META) \
             .writeTo(targets.ident(table.name, branch=scratch)).append()
     finally:
-        images.unpersist()
+        if not cached:
+            images.unpersist()
     jt = targets.java_table(spark, table.name)
     added = jt.snapshot(jt.refs().get(scratch).snapshotId())
     files = []
