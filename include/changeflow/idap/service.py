@@ -230,12 +230,7 @@ class Service:
         """``AQXmlReceive``: up to ``batch_size`` messages (waiting at most ``max_wait_time``)."""
         props = self._props(req.destination)
         path = f"{M.RECEIVE}/consumer_options"
-        if props.multiple_consumers and not req.consumer_name:
-            raise InvalidRequestError(f"{path}/consumer_name is required: queue {props.name} "
-                                      "has multiple consumers")
-        if not props.multiple_consumers and req.consumer_name:
-            raise InvalidRequestError(f"{path}/consumer_name must not be given: queue "
-                                      f"{props.name} has a single consumer")
+        _check_consumer(props, req.consumer_name, path)
         fn = self._transform(req.transformation, path)
         wait = self.cfg.max_wait_time if req.wait_time is None \
             else min(req.wait_time, self.cfg.max_wait_time)
@@ -267,13 +262,22 @@ class Service:
         """``AQXmlRegister``: store the registration; the notifier delivers it."""
         props = self._props(req.destination)
         path = f"{M.REGISTER}/register_options"
-        if props.multiple_consumers and not req.consumer_name:
-            raise InvalidRequestError(f"{path}/consumer_name is required: queue {props.name} "
-                                      "has multiple consumers")
-        if not props.multiple_consumers and req.consumer_name:
-            raise InvalidRequestError(f"{path}/consumer_name must not be given: queue "
-                                      f"{props.name} has a single consumer")
+        _check_consumer(props, req.consumer_name, path)
         user = self.user_for(http, props, "DEQUEUE", req.consumer_name)
         self._session(http, user).register(props.name, req.notify_url,
                                            consumer=req.consumer_name)
         return response(M.RESPONSES[M.REGISTER])
+
+
+def _check_consumer(props: D.QueueProps, consumer: str | None, path: str) -> None:
+    """A consumer name is given exactly when the queue has multiple consumers.
+
+    Raises:
+        InvalidRequestError: naming the element at ``path`` and the queue.
+    """
+    if props.multiple_consumers and not consumer:
+        raise InvalidRequestError(f"{path}/consumer_name is required: queue {props.name} "
+                                  "has multiple consumers")
+    if not props.multiple_consumers and consumer:
+        raise InvalidRequestError(f"{path}/consumer_name must not be given: queue "
+                                  f"{props.name} has a single consumer")
