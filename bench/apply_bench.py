@@ -20,6 +20,9 @@ beside the warm figure), the figures compare warm with warm.
   Target <= 1.0.
 * ``apply.conflict_detection``: applies with detection on over detection off, medians
   of three each, interleaved. Target <= 1.3.
+* ``apply.vs_merge_cdc``: the same over the ``MERGE INTO`` a user of plain Iceberg
+  writes for change rows (an operation column; the newest change per key by a window;
+  delete, update or insert), on the same table after the image merges (reported).
 * ``apply.vs_deltalake``: the second apply over a delta-rs ``MERGE`` of as many rows
   into a Delta table of the same rows (another engine and format: reported).
 * ``apply.read_after_applies``: a full scan (Spark ``count``/``sum``) after the 10
@@ -286,6 +289,14 @@ def results(figures: dict[str, Any], rewrites: list[float], cold: float, warm: f
                      "INSERT * (write.merge.mode=merge-on-read) of as many row images read "
                      "from Parquet, same Spark, warm (second of two)",
             target=1.0, direction="<=", headline=True, figures=merge))
+    if merge.get("cdc_seconds"):
+        out.append(entry(
+            "apply.vs_merge_cdc", value=warm, unit="s", baseline_value=merge["cdc_seconds"],
+            baseline="the MERGE INTO a user of plain Iceberg writes for as many change rows "
+                     "(flattened, an operation column): the newest per key by a window, then "
+                     "WHEN MATCHED AND op = 'd' DELETE / UPDATE SET / WHEN NOT MATCHED INSERT; "
+                     "same Spark, warm (second of two)",
+            figures={"runs": merge.get("cdc_runs")}))
     out.append(entry(
         "apply.conflict_detection", value=statistics.median(on), unit="s",
         baseline="the same applies with conflict detection off (medians of three, "
