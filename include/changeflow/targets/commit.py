@@ -34,6 +34,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from changeflow.errors import TargetError, TransientError
+from changeflow.targets import rowdelta
 from changeflow.targets.catalog import META, IcebergTargets, TargetTable, rows_of
 from changeflow.targets.tables import q
 
@@ -42,7 +43,7 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 PASS_ID = "changeflow.pass-id"
-PREFIX = "spark.sql.iceberg.snapshot-property."
+PREFIX = rowdelta.PROPERTY_PREFIX
 #: how far back a table's history is searched for a pass (its own crashed attempt)
 SEARCH_DEPTH = 200
 _props_lock = threading.Lock()
@@ -124,8 +125,6 @@ def stage(spark: SparkSession, targets: IcebergTargets, table: TargetTable, pass
         located: per current row of a changed key at ``table.snapshot``: the key and
             :data:`.rowdelta.LOCATION`.
     """
-    from changeflow.targets import rowdelta
-
     branch = f"cf_{pass_id}_{uuid.uuid4().hex[:6]}"
     ident = targets.ident(table.name)
     at = f" AS OF VERSION {table.snapshot}" if table.snapshot is not None else ""

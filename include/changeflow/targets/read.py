@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING, Any
 
 from changeflow.errors import TargetError
 from changeflow.targets.catalog import META, IcebergTargets, rows_of
+from changeflow.targets.rowdelta import SCRATCH
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -66,6 +67,8 @@ def snapshots(spark: SparkSession, targets: IcebergTargets, name: str) -> list[d
     out = []
     for s in sorted(jt.snapshots(), key=lambda s: s.sequenceNumber()):
         summary = dict(s.summary())
+        if summary.get(SCRATCH):  # a pass's data files before its one RowDelta
+            continue
         out.append({
             "table": name, "snapshot": s.snapshotId(),
             "committed_at": dt.datetime.fromtimestamp(s.timestampMillis() / 1000, dt.UTC),

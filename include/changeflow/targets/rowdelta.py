@@ -42,6 +42,11 @@ log = logging.getLogger(__name__)
 FILE_PATH_ID, POS_ID = 2147483546, 2147483545
 #: the located rows' columns (see :func:`changeflow.apply.tables.lookup_current`)
 LOCATION = ("_l_file", "_l_pos")
+#: Spark's session settings that become summary properties of the snapshots it writes
+PROPERTY_PREFIX = "spark.sql.iceberg.snapshot-property."
+#: the summary property of a scratch branch's snapshot (off ``main``, never published:
+#: :func:`changeflow.targets.read.snapshots` leaves it out)
+SCRATCH = "changeflow.scratch"
 
 
 def usable(jt: Any, *, partial: bool, truncate: bool) -> bool:
@@ -83,8 +88,12 @@ def write(spark: SparkSession, targets: IcebergTargets, table: TargetTable, bran
             (F.col("_cf_op") == "D").alias("_deleted")).toArrow()
         spark.sql(f"ALTER TABLE {targets.ident(table.name)} CREATE BRANCH {q(scratch)} "
                   f"AS OF VERSION {base}")
-        images.where(F.col("_cf_op") == "W").select(*table.column_names, *META) \
-            .writeTo(targets.ident(table.name, branch=scratch)).append()
+        spark.conf.set(PROPERTY_PREFIX + SCRATCH, "true")
+        try:
+            images.where(F.col("_cf_op") == "W").select(*table.column_names, *META) \
+                .writeTo(targets.ident(table.name, branch=scratch)).append()
+        finally:
+            spark.conf.unset(PROPERTY_PREFIX + SCRATCH)
     finally:
         if not cached:
             images.unpersist()

@@ -223,3 +223,7 @@ def test_a_pass_deletes_the_rows_it_located_by_position_in_one_snapshot(
         scoped.append(f.referencedDataFile() is not None)
     assert scoped and all(scoped)
     assert [str(b) for b in jt.refs().keySet()] == ["main"]  # no staging or scratch branch
+    # the history lists the pass once: the scratch append (off main) is left out
+    listed = [s for s in snapshots(spark, targets, "hr.emp") if s["pass_id"] == summary[
+        "changeflow.pass-id"]]
+    assert [s["snapshot"] for s in listed] == [snap.snapshotId()] and listed[0]["on_main"]
