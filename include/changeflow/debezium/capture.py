@@ -33,7 +33,7 @@ from sqlalchemy import select
 
 from changeflow import faults, fs, quality
 from changeflow.config import CaptureSpec, PipelineConfig
-from changeflow.debezium import convert, locate, onepass, reader
+from changeflow.debezium import convert, images, locate, onepass, reader
 from changeflow.debezium import envelope as E
 from changeflow.debezium.config import DebeziumSource
 from changeflow.errors import ConfigError
@@ -197,9 +197,9 @@ _VALUE_ERROR = re.compile(r"^(?P<file>.+?): (?P<label>[^:\s]+): value (?P<value>
 def value_error(spark: SparkSession | None, text: str) -> str | None:
     """The message of a value error raised inside the conversion job (None: not one):
     the file as a person names it, the line of the event, the column and the value."""
-    if convert.ERROR_PREFIX not in text:
+    if images.ERROR_PREFIX not in text:
         return None
-    detail = text.split(convert.ERROR_PREFIX, 1)[1].split("\n", 1)[0].strip().rstrip(".")
+    detail = text.split(images.ERROR_PREFIX, 1)[1].split("\n", 1)[0].strip().rstrip(".")
     m = _VALUE_ERROR.match(detail)
     if m is None:
         return detail
@@ -208,20 +208,55 @@ def value_error(spark: SparkSession | None, text: str) -> str | None:
     return f"{where}: {m['label']}: value {m['value']}{m['rest']}"
 
 
-def _write(spark: SparkSession, rt: SiteRuntime, queue: str, df: DataFrame, name: str,
-           dedup: str, warm: bool) -> Any:
+def write_batch(spark: SparkSession, rt: SiteRuntime, queue: str, df: DataFrame, name: str,
+                dedup: str, warm: bool, *, files: bool = True) -> NewBatch | None:
+    """Write a capture's batch (not committed); a value that does not decode becomes a
+    :class:`.reader.DebeziumFileError` naming it (with its file's line when ``files``:
+    a Kafka record is named by topic, partition and offset instead)."""
     try:
         return qio.write_batch(spark, rt.catalog, queue, df, producer=f"capture:{name}",
                                dedup_key=dedup, warm_quality=warm)
     except Exception as exc:  # noqa: BLE001  (a value error raised inside the Spark job)
-        message = value_error(spark, str(exc))
+        message = value_error(spark if files else None, str(exc))
         if message is not None:
             raise reader.DebeziumFileError(message) from None
         raise
 
 
+def commit_capture(spark: SparkSession, rt: SiteRuntime, queue: str, batch: NewBatch | None,
+                   report: quality.QualityReport | None, lease: Lease | None,
+                   record: Callable[[Any], None]) -> int:
+    """Commit a capture's batch and its progress in one state-store transaction.
+
+    ``record(conn)`` stores what was read (files, offsets, a position) in that
+    transaction; it runs unless the batch's dedup key was committed before (a run
+    that died after its commit), whose written files are then deleted. Returns the
+    messages enqueued.
+
+    Raises:
+        QualityError: the batch failed a check; it is committed, set aside.
+    """
+    with rt.store.begin() as conn:
+        if lease is not None:
+            lease.check(conn)
+        seq = None
+        if batch is not None:
+            seq = rt.catalog.commit_batch(queue, batch, conn, state=quality.state_of(report))
+        failed = quality.set_aside(rt, queue, report, seq, conn) if report is not None else None
+        if batch is None or seq is not None:
+            record(conn)
+    faults.point("capture.after_commit")
+    if batch is not None and seq is None:
+        fs.delete(spark, batch.path)
+        return 0
+    if failed is not None:
+        raise failed
+    return batch.n_messages if batch is not None else 0
+
+
 RuleFilter = Callable[["DataFrame"], "DataFrame"]
-_MISS: Any = object()
+#: What a one pass returns when the two passes must take over.
+MISS: Any = object()
 
 
 def _one_pass(spark: SparkSession, rt: SiteRuntime, queue: str, spec: CaptureSpec,
@@ -229,14 +264,14 @@ def _one_pass(spark: SparkSession, rt: SiteRuntime, queue: str, spec: CaptureSpe
               rule_filter: RuleFilter | None, dedup: str, warm: bool) -> Any:
     """The files in one JSON pass, typed by their first events (:mod:`.onepass`).
 
-    Returns the written (uncommitted) batch, or ``_MISS`` when some event is not one
+    Returns the written (uncommitted) batch, or ``MISS`` when some event is not one
     the guess describes, a value does not decode or a position needs renumbering:
     what was written is deleted then, and the two passes take over.
     """
     source = debezium_source(spec)
     guess = onepass.guess(spark, uris, source)
     if guess is None:
-        return _MISS
+        return MISS
     result.passes += 1
     events, obs = onepass.observed(reader.read_events(spark, uris, with_schemas=True),
                                    guess, source)
@@ -244,9 +279,9 @@ def _one_pass(spark: SparkSession, rt: SiteRuntime, queue: str, spec: CaptureSpe
     if rule_filter is not None:
         df = rule_filter(df)
     try:
-        batch = _write(spark, rt, queue, df, spec.name, dedup, warm)
+        batch = write_batch(spark, rt, queue, df, spec.name, dedup, warm)
     except reader.DebeziumFileError:
-        return _MISS  # the two passes name the problem (or the value) exactly
+        return MISS  # the two passes name the problem (or the value) exactly
     seen = obs.get
     lows = seen.get("min_scn")
     if seen.get("misses") or (high is not None and lows is not None and lows <= high):
@@ -254,7 +289,7 @@ def _one_pass(spark: SparkSession, rt: SiteRuntime, queue: str, spec: CaptureSpe
             fs.delete(spark, batch.path)
         log.info("capture %s: %s events not as the files' first events describe them; "
                  "surveying every event", spec.name, seen.get("misses"))
-        return _MISS
+        return MISS
     result.tables = sorted(guess.tables)
     result.events += int(seen.get("events") or 0)
     result.skipped = {k: int(seen.get(f"skipped_{k}") or 0) for k in E.SKIPPED
@@ -287,7 +322,7 @@ def _two_passes(spark: SparkSession, rt: SiteRuntime, queue: str, spec: CaptureS
         result.renumbered = True
     if rule_filter is not None:
         df = rule_filter(df)
-    return _write(spark, rt, queue, df, spec.name, dedup, warm)
+    return write_batch(spark, rt, queue, df, spec.name, dedup, warm)
 
 
 def check_quality(spark: SparkSession, cfg: PipelineConfig, spec: CaptureSpec, queue: str,
@@ -327,29 +362,18 @@ def capture_files(spark: SparkSession, pipeline: PipelineConfig | Pipeline,
     high, _ = _recorded(rt, spec.name)
     warm = cfg.quality.enabled
     batch = _one_pass(spark, rt, queue, spec, uris, high, result, rule_filter, dedup, warm)
-    if batch is _MISS:
+    if batch is MISS:
         result.passes += 2
         batch = _two_passes(spark, rt, queue, spec, uris, high, result, rule_filter, dedup,
                             warm)
     report = check_quality(spark, cfg, spec, queue, batch)
     new_high = max(high or 0, batch.max_commit_scn or 0) if batch is not None else high
-    with rt.store.begin() as conn:
-        if lease is not None:
-            lease.check(conn)
-        seq = None
-        if batch is not None:
-            seq = rt.catalog.commit_batch(queue, batch, conn, state=quality.state_of(report))
-        failed = quality.set_aside(rt, queue, report, seq, conn) if report is not None else None
-        if batch is None or seq is not None:
-            _record(conn, spec.name, files, new_high)
-    faults.point("capture.after_commit")
-    if batch is not None and seq is None:
-        fs.delete(spark, batch.path)
-        return 0
-    result.last_position = new_high
-    if failed is not None:
-        raise failed
-    return batch.n_messages if batch is not None else 0
+
+    def record(conn: Any) -> None:
+        _record(conn, spec.name, files, new_high)
+        result.last_position = new_high
+
+    return commit_capture(spark, rt, queue, batch, report, lease, record)
 
 
 def run_debezium_capture(spark: SparkSession, pipeline: PipelineConfig | Pipeline, name: str,

@@ -9,7 +9,8 @@ generation, which is what makes it fast:
    and used by the commit position, the transaction id and the message id);
 2. each row image becomes its LCR value map in one ``map(...)`` expression per table
    (a ``CASE`` over the captured tables, by a table number computed in step 1); a
-   partial image keeps the entries of the columns it holds;
+   partial image keeps the entries of the columns it holds (the SQL of steps 2 and 3
+   is built in :mod:`.images`);
 3. the value checks read the built maps back (a value that was present in the image
    but did not decode is NULL in its map) and stop the job with an error naming file,
    table, column and value; the message id is hashed.
@@ -29,50 +30,35 @@ those either.
 from __future__ import annotations
 
 import uuid
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from changeflow import lcr
 from changeflow.debezium import envelope as E
-from changeflow.debezium import types as T
 from changeflow.debezium import unchanged as U
 from changeflow.debezium.config import DebeziumSource
+from changeflow.debezium.images import (
+    IMAGES,
+    bad_value,
+    checked,
+    decimal_slots,
+    full_map,
+    image_map,
+    key_of,
+    lit,
+    per_table,
+    per_table_sql,
+    with_decimals,
+)
 from changeflow.debezium.reader import TableTypes, first_unknown, is_snapshot, native_position
 
 if TYPE_CHECKING:
     from pyspark.sql import Column, DataFrame
-
-ERROR_PREFIX = "debezium value error: "
-_IMAGES = {"before": "cf_before", "after": "cf_after"}
-_ENTRIES = f"array<struct<`key`:string,`value`:{lcr.VALUE_DDL}>>"
-
-
-def _lit(text: str) -> str:
-    """A SQL string literal.
-
-    >>> _lit("it's")
-    "'it\\\\'s'"
-    """
-    return "'" + text.replace("\\", "\\\\").replace("'", "\\'") + "'"
-
 
 def _canon(c: Column) -> Column:
     from pyspark.sql import functions as F
 
     return F.when(c == F.lower(c), F.upper(c)).otherwise(c)
 
-
-def _per_table(tables: dict[str, TableTypes], build: Any, default: Column | None = None
-               ) -> Column:
-    """``build(tt)`` for the row's table (by the number in ``cf_t``), one CASE."""
-    from pyspark.sql import functions as F
-
-    t = F.col("cf_t")
-    out = None
-    for i, tt in enumerate(tables.values()):
-        out = F.when(t == i, build(tt)) if out is None else out.when(t == i, build(tt))
-    if out is None:
-        return F.lit(None) if default is None else default
-    return out if default is None else out.otherwise(default)
 
 
 def _table_number(tables: dict[str, TableTypes]) -> Column:
@@ -86,186 +72,6 @@ def _table_number(tables: dict[str, TableTypes]) -> Column:
         out = F.when(cond, i) if out is None else out.when(cond, i)
     return F.lit(None).cast("int") if out is None else out
 
-
-def _raw(img: str, name: str) -> str:
-    return f"`{_IMAGES[img]}`[{_lit(name)}]"
-
-
-def decimal_slots(tables: dict[str, TableTypes]) -> dict[str, dict[str, int]]:
-    """Per table, the slot of each Decimal column: its rank among the table's Decimals.
-
-    Slot ``j`` holds, for every row, the ``j``-th Decimal column of the row's table,
-    so the steps of decoding Decimals (:func:`.types.decimal_hex_sql` ...) are
-    columns of their own, each computed once per row, however many tables there are.
-    """
-    return {label: {name: j for j, name in enumerate(
-        n for n, ft in tt.columns.items() if ft.codec in T.DECIMAL_CODECS)}
-        for label, tt in tables.items()}
-
-
-def _with_decimals(df: DataFrame, tables: dict[str, TableTypes]) -> DataFrame:
-    """Two projections: each Decimal slot's bytes as hex and its scale, then its digits.
-
-    (Spark does not share a subexpression between the branches of a ``CASE``: pasted
-    into the value maps, the bytes would be decoded once per use in the formula.)
-    """
-    from pyspark.sql import functions as F
-
-    slots = decimal_slots(tables)
-    width = max((len(s) for s in slots.values()), default=0)
-    if not width:
-        return df
-    step1, step2 = [], []
-    for img in _IMAGES:
-        for j in range(width):
-            def pick(tt: TableTypes, j: int = j, img: str = img, scale: bool = False) -> Column:
-                name = next((n for n, k in slots[tt.label].items() if k == j), None)
-                if name is None:
-                    return F.lit(None)
-                ft = tt.columns[name]
-                sql = (T.decimal_scale_sql if scale else T.decimal_hex_sql)(_raw(img, name), ft)
-                return F.expr(sql)
-
-            hexed, scale = f"cf_h_{img}_{j}", f"cf_s_{img}_{j}"
-            step1 += [_per_table(tables, pick).cast("string").alias(hexed),
-                      _per_table(tables, lambda tt, p=pick: p(tt, scale=True))
-                      .cast("int").alias(scale)]
-            step2.append(F.expr(T.decimal_digits_sql(f"`{hexed}`")).alias(f"cf_d_{img}_{j}"))
-    keep = list(df.columns)
-    stepped = df.select("*", *step1)
-    return stepped.select(*keep, *[c for c in stepped.columns if c.startswith("cf_s_")],
-                          *step2)
-
-
-def _value_sql(sql: str, logical: str) -> str:
-    """SQL of a typed-value struct holding ``sql`` in the field of ``logical`` (as
-    :func:`changeflow.values.value_struct` builds it).
-
-    The conversion's expressions are written as SQL text, each parsed once by Spark:
-    built as trees of ``Column`` objects they cost thousands of calls into the JVM,
-    about a second of every capture run.
-    """
-    target = lcr.LOGICAL_TYPES[logical].field
-    parts = []
-    for name, ddl in lcr.VALUE_FIELDS:
-        if name == "type":
-            value = _lit(logical)
-        elif name == target:
-            value = f"CAST(({sql}) AS {ddl})"
-        else:
-            value = f"CAST(NULL AS {ddl})"
-        parts += [_lit(name), value]
-    return f"named_struct({', '.join(parts)})"
-
-
-def _decoded(img: str, name: str, ft: T.FieldType, slot: int | None) -> str:
-    if slot is not None:
-        scale = str(ft.scale or 0) if ft.codec == "decimal" else f"`cf_s_{img}_{slot}`"
-        sql = T.decimal_value_sql(f"`cf_d_{img}_{slot}`", scale)
-    else:
-        sql = T.decode_sql(_raw(img, name), ft)
-    return _value_sql(sql, ft.logical)
-
-
-def _per_table_sql(tables: dict[str, TableTypes], build: Any) -> str:
-    """SQL of ``build(tt)`` (SQL text) for the row's table (by its number in ``cf_t``)."""
-    branches = [f"WHEN cf_t = {i} THEN {build(tt)}" for i, tt in enumerate(tables.values())]
-    return f"CASE {' '.join(branches)} END" if branches else "NULL"
-
-
-def full_map(img: str, tt: TableTypes, slots: dict[str, int] | None = None) -> str:
-    """SQL of every column of a row image of table ``tt`` decoded into one value map.
-
-    A column the image does not hold is a value struct with a NULL typed field there;
-    :func:`image_map` keeps only the columns the image holds. ``slots``: the table's
-    Decimal slots (:func:`decimal_slots`), whose digits are columns.
-    """
-    pairs = [f"{_lit(lcr.canonical_identifier(name))}, "
-             f"{_decoded(img, name, ft, (slots or {}).get(name))}"
-             for name, ft in tt.columns.items()]
-    return f"map({', '.join(pairs)})" if pairs else "NULL"
-
-
-def image_map(img: str, full: str, tt: TableTypes) -> str:
-    """SQL of the LCR value map of a row image of table ``tt`` (NULL: no image).
-
-    ``full`` names the column holding :func:`full_map`. An image holding every column
-    (what the connector writes with schemas) is that map; a partial one (schemaless
-    files, an export's key-only old values) keeps only the entries of the columns it
-    holds, read from that map, so an absent column stays absent and no value is
-    decoded twice in the generated code. A column that held the unchanged-TOAST
-    placeholder is absent from the image already (:func:`without_unchanged`).
-    """
-    ref = f"`{_IMAGES[img]}`"
-    entries = []
-    for name in tt.columns:
-        key = _lit(lcr.canonical_identifier(name))
-        # one entry or none (flatten, not array_compact: a lambda, not code-generated)
-        entries.append(f"CASE WHEN map_contains_key({ref}, {_lit(name)}) THEN "
-                       f"array(named_struct('key', {key}, 'value', `{full}`[{key}])) "
-                       f"ELSE CAST(array() AS {_ENTRIES}) END")
-    if not entries:
-        return "NULL"
-    return (f"CASE WHEN {ref} IS NULL THEN NULL WHEN size({ref}) = {len(tt.columns)} "
-            f"THEN `{full}` ELSE map_from_entries(flatten(array({', '.join(entries)}))) END")
-
-
-def bad_value(img: str, built: str, tt: TableTypes) -> str:
-    """SQL of ``<table>.<column>`` of the first value of image ``img`` that did not
-    decode (else NULL).
-
-    ``built`` names the column holding the image's map: a value that is present in
-    the image but NULL in its typed field there did not decode. Only the column's
-    name is a per-column branch; :func:`_checked` describes it from literal maps, so
-    the generated code stays small.
-    """
-    branches = []
-    for name, ft in tt.columns.items():
-        field = lcr.LOGICAL_TYPES[ft.logical].field
-        branches.append(
-            f"WHEN {_raw(img, name)} IS NOT NULL AND "
-            f"`{built}`[{_lit(lcr.canonical_identifier(name))}].`{field}` IS NULL "
-            f"THEN {_lit(f'{tt.label}.{name}')}")
-    return f"CASE {' '.join(branches)} END" if branches else "CAST(NULL AS STRING)"
-
-
-def _descriptions(tables: dict[str, TableTypes]) -> tuple[str, str]:
-    """SQL of literal maps from ``<table>.<column>`` to the column's name in the images
-    and to what its value should have been."""
-    names: list[str] = []
-    wanted: list[str] = []
-    for tt in tables.values():
-        for name, ft in tt.columns.items():
-            label = _lit(f"{tt.label}.{name}")
-            names.append(f"{label}, {_lit(name)}")
-            wanted.append(f"{label}, {_lit(f' is not a {ft.logical} (Debezium codec {ft.codec})')}")
-    empty = "CAST(map() AS map<string,string>)"
-    return (f"map({', '.join(names)})" if names else empty,
-            f"map({', '.join(wanted)})" if wanted else empty)
-
-
-def _checked(img: str, built: str, bad: str, tables: dict[str, TableTypes]) -> Column:
-    """The map in column ``built``, or a job failure naming the first bad value, whose
-    ``<table>.<column>`` is in column ``bad`` (:func:`bad_value`)."""
-    from pyspark.sql import functions as F
-
-    names, wanted = _descriptions(tables)
-    return F.expr(
-        f"CASE WHEN `{bad}` IS NOT NULL THEN raise_error(concat({_lit(ERROR_PREFIX)}, file, "
-        f"': ', `{bad}`, ': value ', substring(`{_IMAGES[img]}`[{names}[`{bad}`]], 1, 60), "
-        f"{wanted}[`{bad}`])) ELSE `{built}` END")
-
-
-def _key_of(tt: TableTypes, built: str) -> Column:
-    """The key columns of the map in column ``built`` (an update's old values when the
-    event has no ``before``: the key did not change)."""
-    from pyspark.sql import functions as F
-
-    keys = [lcr.canonical_identifier(k) for k in tt.key]
-    if not keys:
-        return F.lit(None)
-    m = F.col(built)
-    return F.create_map(*[x for k in keys for x in (F.lit(k), m[k])])
 
 
 def message_id() -> Column:
@@ -325,14 +131,14 @@ def without_unchanged(flat: DataFrame, tables: dict[str, TableTypes], placeholde
     from pyspark.sql import functions as F
 
     def pairs(tt: TableTypes) -> str:
-        found = [f"named_struct('key', {_lit(name)}, 'value', {_lit(form)})"
+        found = [f"named_struct('key', {lit(name)}, 'value', {lit(form)})"
                  for name, ft in tt.columns.items()
                  for form in U.column_forms(ft.codec, placeholder)]
         return f"array({', '.join(found)})" if found else "NULL"
 
-    table_pairs = _per_table_sql(tables, pairs)
+    table_pairs = per_table_sql(tables, pairs)
     out = {}
-    for img in _IMAGES.values():
+    for img in IMAGES.values():
         out[img] = F.expr(
             f"CASE WHEN {U.holds_placeholder(f'`{img}`', placeholder)} AND "
             f"({table_pairs}) IS NOT NULL THEN map_from_entries(array_except("
@@ -396,14 +202,14 @@ def _old_values(tables: dict[str, TableTypes]) -> Column:
             {n: ft.logical for n, ft in tt.columns.items()}),
             [lcr.canonical_identifier(k) for k in tt.key])
 
-    filler = F.expr(_per_table_sql(tables, key_only))
-    checked = _checked("before", "cf_old", "cf_old_bad", tables)
+    filler = F.expr(per_table_sql(tables, key_only))
+    old = checked("before", "cf_old", "cf_old_bad", tables)
     return F.when(c("cf_before").isNull() & (c("cf_op") == E.Op.UPDATE.value),
-                  _per_table(tables, lambda tt: _key_of(tt, "cf_new"))) \
+                  per_table(tables, lambda tt: key_of(tt, "cf_new"))) \
         .when(c("cf_before").isNotNull() & c("cf_op").isin(E.Op.DELETE.value, E.Op.UPDATE.value)
               & F.coalesce(filler, F.lit(False)) & c("cf_old_bad").isNull(),
-              _per_table(tables, lambda tt: _key_of(tt, "cf_old"))) \
-        .otherwise(checked)
+              per_table(tables, lambda tt: key_of(tt, "cf_old"))) \
+        .otherwise(old)
 
 
 def to_lcrs(df: DataFrame, source: DebeziumSource, tables: dict[str, TableTypes], *,
@@ -413,7 +219,7 @@ def to_lcrs(df: DataFrame, source: DebeziumSource, tables: dict[str, TableTypes]
     A pure transform of :func:`.reader.read_events`' output. Transaction metadata
     events, tombstones, heartbeats, logical-decoding messages and events of tables not
     captured are left out. A value that does not decode as its column's type fails the
-    job (:data:`ERROR_PREFIX`). ``by_txn``: some events take their commit position or
+    job (:data:`.images.ERROR_PREFIX`). ``by_txn``: some events take their commit position or
     time from their transaction (:func:`by_transaction`).
     """
     from pyspark.sql import functions as F
@@ -429,28 +235,28 @@ def to_lcrs(df: DataFrame, source: DebeziumSource, tables: dict[str, TableTypes]
     if by_txn:
         flat = by_transaction(flat)
     flat = codegen_barrier(without_unchanged(flat, tables, source.unavailable_value_placeholder))
-    decimals = codegen_barrier(_with_decimals(flat, tables))
+    decimals = codegen_barrier(with_decimals(flat, tables))
     fulls = codegen_barrier(decimals.select(
         "*",
-        *[F.when(is_row & c(_IMAGES[img]).isNotNull(), F.expr(_per_table_sql(
+        *[F.when(is_row & c(IMAGES[img]).isNotNull(), F.expr(per_table_sql(
             tables, lambda tt, img=img: full_map(img, tt, slots[tt.label])))).alias(f"{built}_all")
           for img, built in images]))
     built_maps = codegen_barrier(fulls.select(
         "*",
-        *[F.when(is_row, F.expr(_per_table_sql(tables, lambda tt, img=img, built=built: image_map(
+        *[F.when(is_row, F.expr(per_table_sql(tables, lambda tt, img=img, built=built: image_map(
             img, f"{built}_all", tt)))).alias(built) for img, built in images]))
     maps = codegen_barrier(built_maps.select(
         "*",
-        *[F.expr(_per_table_sql(tables, lambda tt, img=img, built=built: bad_value(
+        *[F.expr(per_table_sql(tables, lambda tt, img=img, built=built: bad_value(
             img, built, tt))).alias(f"{built}_bad") for img, built in images]))
     command = F.expr("case cf_op " + " ".join(f"when '{o.value}' then '{o.command}'"
                                               for o in E.Op) + " end")
     # elements nullable, as the contract's array<string>: a cast of a literal array to it
     # is dropped by Spark's optimizer, and the batch's list elements would be `required`
-    keys = _per_table(tables, lambda tt: F.slice(F.array(
+    keys = per_table(tables, lambda tt: F.slice(F.array(
         *[F.lit(lcr.canonical_identifier(k)) for k in tt.key], F.lit(None).cast("string")),
         1, len(tt.key)))
-    new = _checked("after", "cf_new", "cf_new_bad", tables)
+    new = checked("after", "cf_new", "cf_new_bad", tables)
     old = _old_values(tables)
     given: dict[str, Column] = {
         "msg_id": message_id(),

@@ -18,7 +18,7 @@ def test_no_decoder_uses_a_lambda(codec: str) -> None:
 
 
 def test_a_decimal_is_decoded_in_steps_that_read_their_input_once() -> None:
-    # The capture computes each step as a column (convert._with_decimals): the bytes
+    # The capture computes each step as a column (images.with_decimals): the bytes
     # are decoded once per value, however often the later steps use them.
     ft = T.FieldType("NUMBER", "decimal", scale=2)
     assert T.decimal_hex_sql("raw", ft).count("raw") == 1
