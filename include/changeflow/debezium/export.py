@@ -28,9 +28,9 @@ from changeflow import lcr
 from changeflow.config import PipelineConfig
 from changeflow.debezium import envelope as E
 from changeflow.debezium import types as T
+from changeflow.pipeline import Pipeline, resolve
 from changeflow.queues import io as qio
 from changeflow.queues.catalog import READY, Batch, _batch
-from changeflow.sites import queue_site
 from changeflow.state import schema
 
 if TYPE_CHECKING:
@@ -53,9 +53,10 @@ class ExportResult:
         return sum(self.topics.values())
 
 
-def queue_batches(cfg: PipelineConfig, queue_ref: str) -> list[Batch]:
+def queue_batches(pipeline: PipelineConfig | Pipeline, queue_ref: str) -> list[Batch]:
     """Every retained, ready batch of a queue, oldest first."""
-    rt, queue = queue_site(cfg, queue_ref)
+    handle = resolve(pipeline).queue(queue_ref)
+    rt, queue = handle.site, handle.name
     B = schema.queue_batches
     with rt.store.read() as c:
         rows = c.execute(select(B).where(B.c.queue == queue, B.c.path != "",
@@ -204,8 +205,8 @@ def _key(cols: list[tuple[str, str]], keys: list[str], topic: str, schemas: bool
     return F.concat(F.lit('{"schema":' + head + ',"payload":'), key, F.lit("}"))
 
 
-def export_queue(spark: SparkSession, cfg: PipelineConfig, queue_ref: str, directory: str, *,
-                 schemas: bool = True, topic_prefix: str | None = None,
+def export_queue(spark: SparkSession, pipeline: PipelineConfig | Pipeline, queue_ref: str,
+                 directory: str, *, schemas: bool = True, topic_prefix: str | None = None,
                  batches: list[Batch] | None = None) -> ExportResult:
     """Write a queue's row LCRs as Debezium change-event files under ``directory``.
 
@@ -216,11 +217,11 @@ def export_queue(spark: SparkSession, cfg: PipelineConfig, queue_ref: str, direc
     def write(lines: DataFrame, topic: str) -> int:
         return _write_topic(spark, lines, directory, topic)
 
-    return _export(spark, cfg, queue_ref, directory, write, schemas=schemas,
+    return _export(spark, resolve(pipeline), queue_ref, directory, write, schemas=schemas,
                    topic_prefix=topic_prefix, batches=batches, with_key=False)
 
 
-def export_to_kafka(spark: SparkSession, cfg: PipelineConfig, queue_ref: str,
+def export_to_kafka(spark: SparkSession, pipeline: PipelineConfig | Pipeline, queue_ref: str,
                     bootstrap_servers: str, *, schemas: bool = True,
                     topic_prefix: str | None = None, batches: list[Batch] | None = None,
                     options: dict[str, str] | None = None) -> ExportResult:
@@ -244,19 +245,19 @@ def export_to_kafka(spark: SparkSession, cfg: PipelineConfig, queue_ref: str,
         finally:
             one.unpersist()
 
-    return _export(spark, cfg, queue_ref, f"kafka://{bootstrap_servers}", write,
+    return _export(spark, resolve(pipeline), queue_ref, f"kafka://{bootstrap_servers}", write,
                    schemas=schemas, topic_prefix=topic_prefix, batches=batches, with_key=True)
 
 
-def _export(spark: SparkSession, cfg: PipelineConfig, queue_ref: str, where: str,
+def _export(spark: SparkSession, pipe: Pipeline, queue_ref: str, where: str,
             write: Any, *, schemas: bool, topic_prefix: str | None,
             batches: list[Batch] | None, with_key: bool) -> ExportResult:
     """The batches' row LCRs, table by table, as envelope lines handed to ``write``."""
     from pyspark.sql import functions as F
 
-    q = cfg.queue(queue_ref)
+    q = pipe.cfg.queue(queue_ref)
     prefix = topic_prefix or q.site
-    todo = queue_batches(cfg, queue_ref) if batches is None else batches
+    todo = queue_batches(pipe, queue_ref) if batches is None else batches
     result = ExportResult(f"{q.name}@{q.site}", where, batches=len(todo))
     if not todo:
         return result
