@@ -13,8 +13,12 @@ One run, holding the capture's lease:
 3. the records between the stored offsets and the end offsets are read with Spark's
    Kafka source (a batch read with explicit ``startingOffsets``/``endingOffsets``),
    each value parsed as the file capture parses a line (:mod:`.reader`: with or
-   without schemas; a ``null`` value is a tombstone), surveyed, checked and converted
-   by the same code as files (:mod:`.convert`); an error names topic, partition and
+   without schemas; a ``null`` value is a tombstone) and converted by the same code as
+   files (:mod:`.convert`). **Once**, when the first record of each partition (fetched
+   on the driver, :func:`head_records`) describes every record, checked in the same
+   job (:mod:`.onepass`); otherwise (a schema change within the range, a record that
+   is not an event ...) that batch is dropped, and every record is surveyed and
+   checked, then converted (two more reads). An error names topic, partition and
    offset of the record;
 4. one state-store transaction commits the batch (dedup key
    ``kafkacapture:<name>:<digest of the start offsets>``) and the new offsets: a run
@@ -38,15 +42,20 @@ from typing import TYPE_CHECKING, Any
 
 from sqlalchemy import select
 
-from changeflow import faults, fs, quality
+from changeflow import faults, fs
 from changeflow.config import CaptureSpec, PipelineConfig
-from changeflow.debezium import convert, reader
+from changeflow.debezium import convert, onepass, reader
 from changeflow.debezium import envelope as E
-from changeflow.debezium.capture import RuleFilter, check_quality, value_error
+from changeflow.debezium.capture import (
+    MISS,
+    RuleFilter,
+    check_quality,
+    commit_capture,
+    write_batch,
+)
 from changeflow.debezium.config import KafkaSource
 from changeflow.errors import ConfigError, TerminalError
 from changeflow.pipeline import Pipeline, resolve
-from changeflow.queues import io as qio
 from changeflow.state import schema, utcnow
 from changeflow.state.leases import Lease
 
@@ -71,6 +80,7 @@ class KafkaCaptureResult:
     events: int = 0
     messages: int = 0
     batches: int = 0
+    passes: int = 0  # reads of the records: 1 (typed by first records) or 2
     skipped: dict[str, int] = field(default_factory=dict)
     offsets: dict[str, int] = field(default_factory=dict)  # "topic:partition" -> next
     seconds: float = 0.0
@@ -88,18 +98,24 @@ def kafka_source(spec: CaptureSpec) -> KafkaSource:
     return spec.source
 
 
-def broker_offsets(spark: SparkSession, source: KafkaSource
-                   ) -> dict[tuple[str, int], tuple[int, int]]:
-    """``(topic, partition) -> (earliest, end)`` offsets, asked of the broker."""
-    jvm: Any = spark.sparkContext._jvm
+def _consumer(jvm: Any, source: KafkaSource, settings: dict[str, str]) -> Any:
+    """A ``KafkaConsumer`` of Spark's kafka-clients on the driver (byte values, no
+    auto-commit), with the source's options."""
     props = jvm.java.util.Properties()
-    for k, v in {"bootstrap.servers": source.bootstrap_servers, "group.id": "changeflow-probe",
-                 "enable.auto.commit": "false", **source.options}.items():
+    for k, v in {"bootstrap.servers": source.bootstrap_servers, "enable.auto.commit": "false",
+                 **settings, **source.options}.items():
         props.put(k, v)
     des = "org.apache.kafka.common.serialization.ByteArrayDeserializer"
     props.put("key.deserializer", des)
     props.put("value.deserializer", des)
-    consumer = jvm.org.apache.kafka.clients.consumer.KafkaConsumer(props)
+    return jvm.org.apache.kafka.clients.consumer.KafkaConsumer(props)
+
+
+def broker_offsets(spark: SparkSession, source: KafkaSource
+                   ) -> dict[tuple[str, int], tuple[int, int]]:
+    """``(topic, partition) -> (earliest, end)`` offsets, asked of the broker."""
+    jvm: Any = spark.sparkContext._jvm
+    consumer = _consumer(jvm, source, {"group.id": "changeflow-probe"})
     try:
         parts = jvm.java.util.ArrayList()
         for topic in source.topics:
@@ -204,21 +220,108 @@ def _record(conn: Any, name: str, ranges: dict[tuple[str, int], tuple[int, int]]
             conn.execute(CP.update().where(key).values(position=str(end), updated_at=now))
 
 
-def _convert(spark: SparkSession, source: KafkaSource, ranges: Any,
-             result: KafkaCaptureResult) -> DataFrame:
-    """Survey the records (every problem found before anything is written), then the
-    conversion of the captured tables' events into LCRs."""
-    events = source.as_events()
-    groups = reader.survey(read_records(spark, source, ranges))
-    reader.check_records(groups)
-    tables = reader.column_types(groups, events)
+def head_records(spark: SparkSession, source: KafkaSource,
+                 ranges: dict[tuple[str, int], tuple[int, int]], timeout: float = 30.0
+                 ) -> list[tuple[str, str]]:
+    """``(where, value)`` of the first record of each range that is not a tombstone,
+    fetched by one consumer on the driver (no Spark job): what a guess reads."""
+    jvm: Any = spark.sparkContext._jvm
+    consumer = _consumer(jvm, source, {"group.id": "changeflow-head", "max.poll.records": "16"})
+    out: list[tuple[str, str]] = []
+    try:
+        tps = {(t, p): jvm.org.apache.kafka.common.TopicPartition(t, p) for t, p in ranges}
+        parts = jvm.java.util.ArrayList()
+        for tp in tps.values():
+            parts.add(tp)
+        consumer.assign(parts)
+        for key, tp in tps.items():
+            consumer.seek(tp, ranges[key][0])
+        todo = set(ranges)
+        deadline = time.monotonic() + timeout
+        while todo and time.monotonic() < deadline:
+            polled = consumer.poll(jvm.java.time.Duration.ofMillis(500))
+            for key in sorted(todo):
+                recs = polled.records(tps[key])
+                if recs.isEmpty():
+                    continue
+                for i in range(recs.size()):
+                    rec = recs.get(i)
+                    if int(rec.offset()) >= ranges[key][1]:
+                        todo.discard(key)
+                        break
+                    value = rec.value()
+                    text = None if value is None else bytes(value).decode("utf-8", "replace")
+                    if text is not None and text.strip() != "null":  # not a tombstone
+                        out.append((f"topic {key[0]} partition {key[1]} offset "
+                                    f"{int(rec.offset())}", text))
+                        todo.discard(key)
+                        break
+                if key not in todo:
+                    done = jvm.java.util.ArrayList()
+                    done.add(tps[key])
+                    consumer.pause(done)
+        return out
+    finally:
+        consumer.close()
+
+
+def _survey(groups: list[reader.SurveyGroup], result: KafkaCaptureResult) -> None:
     result.records = sum(g.count for g in groups)
     result.events = sum(g.count for g in groups if g.kind == "event")
     for g in groups:
         if g.kind in E.SKIPPED:
             result.skipped[g.kind] = result.skipped.get(g.kind, 0) + g.count
+
+
+def _one_pass(spark: SparkSession, source: KafkaSource, ranges: Any, write: Any,
+              rule_filter: RuleFilter | None, result: KafkaCaptureResult) -> Any:
+    """The ranges read once, typed by each partition's first record (:mod:`.onepass`):
+    the written (uncommitted) batch, or ``MISS`` (some record is not one the guess
+    describes, or a value does not decode; the written batch is deleted and the survey
+    and conversion passes take over, reporting any problem as they always have)."""
+    events = source.as_events()
+    guess = onepass.guess_from(onepass.head_groups(head_records(spark, source, ranges)),
+                               events)
+    if guess is None:
+        return MISS
+    result.passes += 1
+    df, obs = onepass.observed(read_records(spark, source, ranges), guess, events)
+    df = convert.to_lcrs(df, events, guess.tables, by_txn=guess.by_txn)
+    if rule_filter is not None:
+        df = rule_filter(df)
+    try:
+        batch = write(df)
+    except reader.DebeziumFileError:
+        return MISS
+    seen = obs.get
+    if seen.get("misses"):
+        if batch is not None:
+            fs.delete(spark, batch.path)
+        log.info("capture %s: %s records not as their partitions' first records describe "
+                 "them; surveying every record", result.capture, seen.get("misses"))
+        return MISS
+    result.events = int(seen.get("events") or 0)
+    result.skipped = {k: int(seen.get(f"skipped_{k}") or 0) for k in E.SKIPPED
+                      if seen.get(f"skipped_{k}")}
+    result.records = result.events + sum(result.skipped.values())
+    return batch
+
+
+def _two_passes(spark: SparkSession, source: KafkaSource, ranges: Any, write: Any,
+                rule_filter: RuleFilter | None, result: KafkaCaptureResult) -> Any:
+    """Survey the records (every problem found before anything is written), then
+    convert the captured tables' events into LCRs and write them."""
+    events = source.as_events()
+    groups = reader.survey(read_records(spark, source, ranges))
+    reader.check_records(groups)
+    tables = reader.column_types(groups, events)
+    _survey(groups, result)
+    result.passes += 2
     by_txn = any(g.txn_fix for g in groups if g.kind == "event")
-    return convert.to_lcrs(read_records(spark, source, ranges), events, tables, by_txn=by_txn)
+    df = convert.to_lcrs(read_records(spark, source, ranges), events, tables, by_txn=by_txn)
+    if rule_filter is not None:
+        df = rule_filter(df)
+    return write(df)
 
 
 def capture_ranges(spark: SparkSession, pipeline: PipelineConfig | Pipeline,
@@ -233,35 +336,18 @@ def capture_ranges(spark: SparkSession, pipeline: PipelineConfig | Pipeline,
     rt, queue = handle.site, handle.name
     dedup = "kafkacapture:{}:{}".format(spec.name, hashlib.sha256(
         _offsets_json(ranges, 0).encode()).hexdigest()[:32])
-    df = _convert(spark, source, ranges, result)
-    if rule_filter is not None:
-        df = rule_filter(df)
-    try:
-        batch = qio.write_batch(spark, rt.catalog, queue, df, producer=f"capture:{spec.name}",
-                                dedup_key=dedup, warm_quality=cfg.quality.enabled)
-    except Exception as exc:  # noqa: BLE001  (a value error raised inside the Spark job)
-        message = value_error(None, str(exc))
-        if message is not None:
-            raise reader.DebeziumFileError(message) from None
-        raise
+
+    def write(df: DataFrame) -> Any:
+        return write_batch(spark, rt, queue, df, spec.name, dedup, cfg.quality.enabled,
+                           files=False)
+
+    batch = _one_pass(spark, source, ranges, write, rule_filter, result)
+    if batch is MISS:
+        batch = _two_passes(spark, source, ranges, write, rule_filter, result)
     report = check_quality(spark, cfg, spec, queue, batch)  # type: ignore[arg-type]
     faults.point("capture.before_commit")
-    with rt.store.begin() as conn:
-        if lease is not None:
-            lease.check(conn)
-        seq = None
-        if batch is not None:
-            seq = rt.catalog.commit_batch(queue, batch, conn, state=quality.state_of(report))
-        failed = quality.set_aside(rt, queue, report, seq, conn) if report is not None else None
-        if batch is None or seq is not None:
-            _record(conn, spec.name, ranges)
-    faults.point("capture.after_commit")
-    if batch is not None and seq is None:
-        fs.delete(spark, batch.path)
-        return 0
-    if failed is not None:
-        raise failed
-    return batch.n_messages if batch is not None else 0
+    return commit_capture(spark, rt, queue, batch, report, lease,
+                          lambda conn: _record(conn, spec.name, ranges))
 
 
 def run_kafka_capture(spark: SparkSession, pipeline: PipelineConfig | Pipeline, name: str,
