@@ -30,6 +30,7 @@ from typing import TYPE_CHECKING, Any
 from changeflow.errors import ChangeflowError, ConfigError
 from changeflow.messaging import admin
 from changeflow.messaging.model import agent_name
+from changeflow.pipeline import Pipeline, resolve
 
 if TYPE_CHECKING:
     from changeflow.config import PipelineConfig
@@ -40,14 +41,16 @@ _lock = threading.Lock()
 _done: dict[int, PipelineConfig] = {}
 
 
-def site_of(cfg: PipelineConfig, site: str | None = None) -> tuple[str, SiteRuntime]:
-    """The site a session connects to (the only one, or the one named).
+def site_of(pipeline: PipelineConfig | Pipeline,
+            site: str | None = None) -> tuple[str, SiteRuntime]:
+    """The site a session connects to (the only one, or the one named), from the run's
+    resolved pipeline.
 
     Raises:
         ConfigError: no site given while several are declared, or an unknown site.
     """
-    from changeflow.sites import site as runtime
-
+    pipe = resolve(pipeline)
+    cfg = pipe.cfg
     if site is None:
         if len(cfg.sites) != 1:
             raise ConfigError(f"the pipeline declares sites {', '.join(cfg.sites)}: say which "
@@ -56,19 +59,24 @@ def site_of(cfg: PipelineConfig, site: str | None = None) -> tuple[str, SiteRunt
     if site not in cfg.sites:
         raise ConfigError(f"unknown site {site!r} (sites: {', '.join(cfg.sites)})",
                           file=cfg.source_path)
-    return site, runtime(cfg, site)
+    return site, pipe.site(site)
 
 
-def setup(cfg: PipelineConfig) -> None:
+def setup(pipeline: PipelineConfig | Pipeline) -> None:
     """Create what the ``messaging`` section declares and is missing (once per process).
+
+    Takes the run's resolved :class:`~changeflow.pipeline.Pipeline` (or a configuration,
+    which it resolves): the sites and queues come from it, not from ``sites`` again.
 
     Raises:
         ConfigError: naming the file and the key of a bad entry.
     """
+    pipe = resolve(pipeline)
+    cfg = pipe.cfg
     with _lock:
         if _done.get(id(cfg)) is cfg:
             return
-        _Setup(cfg).run()
+        _Setup(pipe).run()
         _done[id(cfg)] = cfg
 
 
@@ -80,37 +88,33 @@ def run_config(config_path: str) -> dict[str, dict[str, int]]:
     """
     from changeflow.config import load_config
     from changeflow.messaging.timemanager import run_once
-    from changeflow.sites import site
 
-    cfg = load_config(config_path)
-    setup(cfg)
-    return {name: run_once(site(cfg, name).store).as_dict() for name in cfg.sites}
+    pipe = resolve(load_config(config_path))
+    setup(pipe)
+    return {name: run_once(pipe.site(name).store).as_dict() for name in pipe.cfg.sites}
 
 
 class _Setup:
-    def __init__(self, cfg: PipelineConfig) -> None:
-        self.cfg = cfg
-        self.mc = cfg.messaging
+    def __init__(self, pipe: Pipeline) -> None:
+        self.pipe = pipe
+        self.cfg = pipe.cfg
+        self.mc = pipe.cfg.messaging
         self.queue_site: dict[str, str] = {}
 
     def error(self, key: str, message: str) -> ConfigError:
         return ConfigError(message, file=self.cfg.source_path, key=f"messaging.{key}")
 
     def site(self, name: str | None, key: str) -> Any:
-        from changeflow.sites import site
-
         if name is None:
             if len(self.cfg.sites) != 1:
                 raise self.error(key, "give the site: the pipeline declares several")
             name = next(iter(self.cfg.sites))
         if name not in self.cfg.sites:
             raise self.error(key, f"unknown site {name!r}")
-        return site(self.cfg, name)
+        return self.pipe.site(name)
 
     def run(self) -> None:
-        from changeflow.sites import open_pipeline
-
-        open_pipeline(self.cfg)
+        self.pipe.open()
         for step in (self.types, self.queue_tables, self.queues, self.streams_queues,
                      self.set_up_queues, self.subscribers, self.agents, self.grants,
                      self.clients):

@@ -17,17 +17,19 @@ from changeflow.state import StateStore
 
 if TYPE_CHECKING:
     from changeflow.config import PipelineConfig
+    from changeflow.pipeline import Pipeline
 
 
-def connect(target: PipelineConfig | StateStore | str, user: str | None = None, *,
+def connect(target: PipelineConfig | Pipeline | StateStore | str, user: str | None = None, *,
             site: str | None = None, lock_timeout: float | None = None,
             max_message_size: int | None = None, poll_max: float | None = None,
             rules: RulesLookup | None = None) -> Session:
     """Open a messaging session.
 
     Args:
-        target: a pipeline configuration (its ``messaging`` section is applied to the
-            site's store first, and its rules file gives messaging clients their rule
+        target: a pipeline configuration or the run's resolved
+            :class:`~changeflow.pipeline.Pipeline` (its ``messaging`` section is applied
+            to the site's store first, and its rules file gives messaging clients their rule
             sets), a :class:`~changeflow.state.StateStore`, or a state-store URL.
         user: the database user the session acts as (secure queues check it).
         site: the site to connect to, when the configuration declares several.
@@ -42,15 +44,18 @@ def connect(target: PipelineConfig | StateStore | str, user: str | None = None, 
         return Session(store, user=user, site=site, rules=rules,
                        settings=replace(Settings(), **overrides))
     from changeflow.messaging.declare import setup, site_of
+    from changeflow.pipeline import resolve
 
-    name, rt = site_of(target, site)
-    setup(target)
-    mc = target.messaging
+    pipe = resolve(target)
+    name, rt = site_of(pipe, site)
+    setup(pipe)
+    cfg = pipe.cfg
+    mc = cfg.messaging
     settings = replace(Settings(lock_timeout=mc.lock_timeout,
                                 max_message_size=mc.max_message_size,
                                 buffer_max_bytes=mc.buffer_max_bytes,
                                 buffer_spill_after=mc.buffer_spill_after), **overrides)
-    return Session(rt.store, user=user, site=name, rules=rules or _config_rules(target),
+    return Session(rt.store, user=user, site=name, rules=rules or _config_rules(cfg),
                    settings=settings)
 
 

@@ -90,7 +90,7 @@ def propagate_user_messages(cfg: PipelineConfig | Pipeline, spec: PropagationSpe
     from changeflow.messaging.declare import setup
 
     pipe = resolve(cfg)
-    setup(pipe.cfg)
+    setup(pipe)
     src, dst = pipe.queue(spec.source_queue), pipe.queue(spec.destination_queue)
     src_rt, src_q, dst_rt, dst_q = src.site, src.name, dst.site, dst.name
     address = pipe.cfg.qualify(spec.destination_queue)

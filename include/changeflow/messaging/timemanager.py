@@ -159,13 +159,13 @@ def start_background(stores: list[StateStore], interval: float = 1.0) -> threadi
 def stores_of(config_paths: list[str]) -> list[StateStore]:
     """The state stores of every site of the given pipeline files (each store once)."""
     from changeflow.config import load_config
-    from changeflow.sites import site
+    from changeflow.pipeline import resolve
 
     out: dict[str, StateStore] = {}
     for path in config_paths:
-        cfg = load_config(path)
-        for name in cfg.sites:
-            store = site(cfg, name).store
+        pipe = resolve(load_config(path))
+        for name in pipe.cfg.sites:
+            store = pipe.site(name).store
             out.setdefault(store.url, store)
     return list(out.values())
 
