@@ -39,8 +39,12 @@ if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
 ROOT = Path(__file__).resolve().parent.parent
-EXECUTOR_CONF = {"spark.executor.memory": "640m", "spark.executor.cores": "1",
-                 "spark.driver.memory": "2g"}
+EXECUTOR_CONF = {"spark.executor.memory": "640m", "spark.driver.memory": "2g",
+                 "spark.eventLog.enabled": "true"}
+# (label, workers, cores per worker): 1x1 against 2x1 is the speed-up a second worker
+# brings; 1x2 against 2x1 is the cost of distribution at the same two cores.
+LAYOUTS = (("1x1", 1, 1), ("2x1", 2, 1), ("1x2", 1, 2))
+PROPAGATIONS = {"1x1": "p1", "2x1": "p2", "1x2": "p3"}  # one consumer of the batch each
 BATCHES = 30
 BATCH_ROWS = 1_000
 
@@ -61,35 +65,94 @@ def _job(kind: str, config: Path, name: str, master: str, conf_dir: Path) -> flo
     return seconds
 
 
-def _on_clusters(work: Path, fn: Any) -> dict[int, float]:
-    """``fn(master, conf_dir)`` on a one-worker and on a two-worker cluster: seconds each."""
+def _on_clusters(work: Path, fn: Any) -> dict[str, dict[str, Any]]:
+    """``fn(master, conf_dir, label)`` on each of :data:`LAYOUTS`: its seconds and what
+    Spark's event log says about it (executors, tasks, busy time)."""
     from changeflow.testing.spark_cluster import SparkStandalone
 
     out = {}
-    for workers in (1, 2):
-        conf = work / f"conf{workers}"
+    for label, workers, cores in LAYOUTS:
+        conf, events = work / f"conf{label}", work / f"events{label}"
         conf.mkdir(exist_ok=True)
+        events.mkdir(exist_ok=True)
         (conf / "spark-defaults.conf").write_text("".join(
-            f"{k} {v}\n" for k, v in {**EXECUTOR_CONF, "spark.cores.max": str(workers)}.items()))
-        cluster = SparkStandalone(workers=workers, root=work / f"spark{workers}").start()
+            f"{k} {v}\n" for k, v in {**EXECUTOR_CONF, "spark.executor.cores": str(cores),
+                                      "spark.cores.max": str(workers * cores),
+                                      "spark.eventLog.dir": events.as_uri()}.items()))
+        cluster = SparkStandalone(workers=workers, cores=cores,
+                                  root=work / f"spark{label}").start()
         try:
-            out[workers] = fn(cluster.master_url, conf, workers)
+            seconds = fn(cluster.master_url, conf, label)
         finally:
             cluster.stop()
+        out[label] = {"s": round(seconds, 2), **event_summary(events)}
     return out
 
 
-def propagate(spark: SparkSession, rows: int) -> dict[int, float]:
-    """The same propagation (``p1``, ``p2`` of one source batch) on one and two workers."""
+def event_summary(events: Path) -> dict[str, Any]:
+    """Executors, tasks and busy seconds from the Spark event logs under ``events``.
+
+    ``driver_only_s`` is the application's span outside any stage (JVM and session
+    start, planning, commits on the driver); ``first_executor_s`` is how long after the
+    application started its first executor registered.
+    """
+    import json
+
+    ex: dict[str, int] = {}
+    start = end = None
+    first_ex: float | None = None
+    tasks: dict[str, int] = {}
+    run_ms = cpu_ns = 0
+    stages: list[tuple[int, int]] = []
+    for log in sorted(events.iterdir()):
+        for line in log.read_text().splitlines():
+            ev = json.loads(line)
+            kind = ev.get("Event")
+            if kind == "SparkListenerApplicationStart":
+                start = ev["Timestamp"]
+            elif kind == "SparkListenerApplicationEnd":
+                end = ev["Timestamp"]
+            elif kind == "SparkListenerExecutorAdded":
+                ex[ev["Executor ID"]] = ev["Executor Info"]["Total Cores"]
+                first_ex = ev["Timestamp"] if first_ex is None else min(first_ex,
+                                                                        ev["Timestamp"])
+            elif kind == "SparkListenerTaskEnd":
+                eid = ev["Task Info"]["Executor ID"]
+                tasks[eid] = tasks.get(eid, 0) + 1
+                m = ev.get("Task Metrics") or {}
+                run_ms += m.get("Executor Run Time", 0)
+                cpu_ns += m.get("Executor CPU Time", 0)
+            elif kind == "SparkListenerStageCompleted":
+                info = ev["Stage Info"]
+                if info.get("Submission Time") and info.get("Completion Time"):
+                    stages.append((info["Submission Time"], info["Completion Time"]))
+    busy, last = 0, 0
+    for a, b in sorted(stages):  # the union of the stages' windows
+        a = max(a, last)
+        if b > a:
+            busy, last = busy + b - a, b
+    span = (end - start) / 1000 if start and end else None
+    return {"executors": len(ex), "cores": sum(ex.values()), "stages": len(stages),
+            "tasks": sum(tasks.values()), "tasks_per_executor": tasks,
+            "task_run_s": round(run_ms / 1000, 2), "task_cpu_s": round(cpu_ns / 1e9, 2),
+            "stages_busy_s": round(busy / 1000, 2),
+            "app_s": round(span, 2) if span else None,
+            "driver_only_s": round(span - busy / 1000, 2) if span else None,
+            "first_executor_s": round((first_ex - start) / 1000, 2)
+            if first_ex and start else None}
+
+
+def propagate(spark: SparkSession, rows: int) -> dict[str, dict[str, Any]]:
+    """The same propagation of one source batch on each layout (one consumer each)."""
     with tempfile.TemporaryDirectory(prefix="cluster-bench-prop-") as tmp:
         work = Path(tmp)
         pb.setup(spark, work, rows)
         return _on_clusters(work, lambda m, c, w: _job(
-            "propagation", work / "pipeline.yaml", f"p{w}", m, c))
+            "propagation", work / "pipeline.yaml", PROPAGATIONS[w], m, c))
 
 
-def apply(spark: SparkSession, rows: int, changes: int) -> dict[int, float]:
-    """The same number of changes applied into the same table on one and two workers."""
+def apply(spark: SparkSession, rows: int, changes: int) -> dict[str, dict[str, Any]]:
+    """The same number of changes applied into the same table on each layout."""
     from changeflow.queues import io as qio
     from changeflow.sites import queue_site
 
@@ -99,8 +162,9 @@ def apply(spark: SparkSession, rows: int, changes: int) -> dict[int, float]:
         ab.make_table(spark, targets, ab.TABLE, rows)
         rt, q = queue_site(cfg, cfg.component("apply", "a").queue)
 
-        def one(master: str, conf: Path, workers: int) -> float:
-            qio.enqueue(spark, rt.catalog, q, ab.changes(spark, rows, changes, workers),
+        def one(master: str, conf: Path, label: str) -> float:
+            seed = [x[0] for x in LAYOUTS].index(label) + 1
+            qio.enqueue(spark, rt.catalog, q, ab.changes(spark, rows, changes, seed),
                         producer="bench")
             return _job("apply", work / "pipeline.yaml", "a", master, conf)
 
@@ -127,8 +191,9 @@ def _per_batch(root: str, spark: SparkSession) -> dict[str, float]:
                                      schema=lcr.arrow_schema())
         t = time.perf_counter()
         for _ in range(BATCHES):
-            catalog.commit_batch("bench.q", arrow_io.write_arrow_batch(
-                catalog, "bench.q", table, producer="bench"))
+            written = arrow_io.write_arrow_batch(catalog, "bench.q", table, producer="bench")
+            assert written is not None
+            catalog.commit_batch("bench.q", written)
         commit = (time.perf_counter() - t) / BATCHES
         batches = catalog.pending("bench.q", "bench")
         t = time.perf_counter()
@@ -177,18 +242,22 @@ def run(spark: SparkSession, rows: int) -> list[dict[str, Any]]:
     prop = propagate(spark, rows)
     appl = apply(spark, 2 * rows, n_changes)
     store = objectstore(spark)
-    out = [
-        entry("cluster.propagate", value=prop[2], unit="s", baseline_value=prop[1],
-              baseline=f"the same propagation of {rows:,} LCRs on one worker",
-              target=1.0, direction="<=", figures={"one_worker_s": round(prop[1], 2),
-                                                  "two_workers_s": round(prop[2], 2),
-                                                  "executor": EXECUTOR_CONF}),
-        entry("cluster.apply", value=appl[2], unit="s", baseline_value=appl[1],
-              baseline=f"the same apply of {n_changes:,} changes into {2 * rows:,} rows "
-                       "on one worker",
-              target=1.0, direction="<=", figures={"one_worker_s": round(appl[1], 2),
-                                                  "two_workers_s": round(appl[2], 2)}),
-    ]
+    out = []
+    for name, res, what in (
+            ("propagate", prop, f"the same propagation of {rows:,} LCRs"),
+            ("apply", appl, f"the same apply of {n_changes:,} changes into {2 * rows:,} rows")):
+        figures = {"executor_memory": EXECUTOR_CONF["spark.executor.memory"], **res}
+        out.append(entry(f"cluster.{name}", value=res["2x1"]["s"], unit="s",
+                         baseline_value=res["1x1"]["s"],
+                         baseline=f"{what} on one worker of one core",
+                         target=1.0, direction="<=", figures=figures,
+                         note="two workers of one core each against one worker of one core"))
+        out.append(entry(f"cluster.{name}_distribution", value=res["2x1"]["s"], unit="s",
+                         baseline_value=res["1x2"]["s"],
+                         baseline=f"{what} on one worker of two cores",
+                         figures=figures,
+                         note="the same two cores as two executors or one: the cost of "
+                              "distribution, reported"))
     for step, what in (("commit", "an Arrow batch written and committed"),
                        ("list", "a batch's listing and footer check"),
                        ("read", "a batch read by Arrow"),
