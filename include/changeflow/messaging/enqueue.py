@@ -24,7 +24,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from sqlalchemy import bindparam, exists, select
+from sqlalchemy import bindparam, cast, exists, func, select
+from sqlalchemy.dialects.postgresql import ARRAY
 from sqlalchemy.engine import Connection
 
 from changeflow.errors import PayloadTypeError, QueueDroppedError, QueueNotFoundError
@@ -298,6 +299,43 @@ def guarded(started: bool, versioned: bool = False) -> Any:
         *where)
     # RETURNING, not rowcount: drivers differ on the rowcount of INSERT ... SELECT
     return M.insert().from_select([c.name for c in _COLUMNS], values).returning(M.c.id)
+
+
+@functools.lru_cache(maxsize=1)
+def guarded_many() -> Any:
+    """PostgreSQL: :func:`guarded` for any number of rows, as *one* statement.
+
+    Each column comes as one array parameter ``a_<column>`` (cast to the column's type),
+    spread by ``unnest`` into rows: ``INSERT ... SELECT * FROM unnest(...) WHERE <the queue
+    :v_queue is active and started> AND <dictionary version :p_dver>``. One statement is
+    one snapshot, so the batch is written whole or not at all, in one round trip
+    whatever its size (an ``enqueue_array`` that commits at once). Rows are inserted in
+    the arrays' order (``WITH ORDINALITY``), so their ids keep the batch's order.
+    """
+    names = [c.name for c in _COLUMNS]
+    arrays = [cast(bindparam(f"a_{c.name}"), ARRAY(c.type)) for c in _COLUMNS]
+    rows = func.unnest(*arrays).table_valued(*names, with_ordinality="n").render_derived()
+    live = exists(select(Q.c.name).where(Q.c.name == bindparam("v_queue"),
+                                         Q.c.status == "active",
+                                         Q.c.enqueue_enabled.is_(True)))
+    values = select(*[rows.c[n] for n in names]).where(live, D.version_guard()).order_by(
+        rows.c.n)  # ids in the array's order: the batch keeps its order in the queue
+    return M.insert().from_select(names, values).returning(M.c.id)
+
+
+#: How a column's values are made uniform for their array (ints and floats mixed by
+#: callers would otherwise give the driver a list of two types).
+_UNIFORM: dict[str, Callable[[Any], Any]] = {"delay": float, "expiration": float}
+
+
+def many_params(rows: list[dict[str, Any]], queue: str, version: int) -> dict[str, Any]:
+    """The parameters of :func:`guarded_many` for ``rows`` (of :func:`message_rows`)."""
+    params: dict[str, Any] = {"v_queue": queue, "p_dver": version}
+    for c in _COLUMNS:
+        conv = _UNIFORM.get(c.name)
+        params[f"a_{c.name}"] = [r[c.name] if conv is None or r[c.name] is None
+                                 else conv(r[c.name]) for r in rows]
+    return params
 
 
 def _guarded_insert(conn: Connection, row: dict[str, Any], started: bool) -> None:

@@ -13,9 +13,12 @@ of one message to one recipient is *one* statement: ``INSERT ... SELECT <row> WH
 connection (:mod:`changeflow.messaging.wire`). If it writes nothing, the session finds
 out why: a stopped or dropped queue raises; a moved version drops the cached entry
 and the message is checked again (new subscribers, rules, grants) and written.
-Anything else (several rows, commit-time ordering, producer-chosen message ids) is
-written through :func:`changeflow.messaging.enqueue.write` in one transaction that
-confirms the version first.
+On PostgreSQL, several messages (an ``enqueue_array``, or one message to several
+recipients) are likewise one statement (:func:`changeflow.messaging.enqueue.guarded_many`:
+one array per column, spread by ``unnest``). Anything else (SQLite's several rows,
+commit-time ordering, producer-chosen message ids) is written through
+:func:`changeflow.messaging.enqueue.write` in one transaction that confirms the version
+first.
 """
 
 from __future__ import annotations
@@ -106,6 +109,15 @@ class Sender:
             if not done:
                 self._why_not(props.name)
             return {props.name: [one.msg_id]}
+        if (self.s.store.dialect == "postgresql" and not props.commit_ordered
+                and not any(m.replay_key for m in prepared)):
+            rows = [r for m in prepared for r in EQ.message_rows(props, m, txn, None, now)]
+            stmt = wire.compiled(self.s.store.engine, "aq:enqueue:many", EQ.guarded_many,
+                                 [S.messages.c.id])
+            done = stmt.run(self.s.store, EQ.many_params(rows, props.name, view.version))
+            if len(done) != len(rows):  # nothing written: the statement is all or nothing
+                self._why_not(props.name)
+            return {props.name: [m.msg_id for m in prepared]}
         with self.s.store.begin() as conn:
             if D.version(conn) != view.version:
                 raise _Stale

@@ -8,8 +8,11 @@ from __future__ import annotations
 
 import datetime as dt
 
+import pytest
+
 from changeflow.messaging import admin, connect, wire
 from changeflow.messaging.constants import State
+from changeflow.messaging.errors import QueueStoppedError
 from changeflow.state import StateStore
 
 from .conftest import make_queue
@@ -85,3 +88,44 @@ def test_hot_locked_then_commit_and_rollback(store: StateStore) -> None:
     other.commit()
     again = connect(store).dequeue("app.q", wait=0, commit=True)
     assert again is not None and again.payload == first.payload and again.attempts == 1
+
+
+def test_hot_array_enqueue_keeps_order_properties_and_types(store: StateStore) -> None:
+    """``enqueue_array(..., commit=True)``: one statement on PostgreSQL (every column an
+    array); the messages come back in the array's order, each with its own properties."""
+    _typed_queue(store)
+    s = connect(store)
+    orders = [{"id": i, "note": f"n{i}", "amount": f"{i}.50", "placed": "2024-02-01T10:00:00",
+               "ok": i % 2 == 0} for i in range(50)]
+    props = [{"priority": 1, "correlation": f"c-{i}", "delay": 0,  # an int delay
+              **({"expiration": 3600} if i % 3 == 0 else {})} for i in range(50)]
+    ids = s.enqueue_array("app.orders", orders, props, commit=True)
+    if store.dialect == "postgresql":
+        assert _hot(s.store, "aq:enqueue:many")
+    browsed = [s.dequeue("app.orders", mode="BROWSE", wait=0) for _ in range(50)]
+    taken = [s.dequeue("app.orders", wait=0, commit=True) for _ in range(50)]
+    assert [m.msg_id for m in taken if m is not None] == ids
+    assert taken == browsed
+    assert [m.payload["id"] for m in taken if m is not None] == list(range(50))
+    assert [(m.correlation, m.expiration) for m in taken if m is not None] == [
+        (f"c-{i}", 3600.0 if i % 3 == 0 else None) for i in range(50)]
+    assert s.dequeue("app.orders", wait=0) is None
+
+
+def test_hot_array_enqueue_to_subscribers_and_to_a_stopped_queue(store: StateStore) -> None:
+    """A message to two subscribers is two rows of the one statement; a stopped queue
+    refuses the whole array (nothing is written)."""
+    make_queue(store, "app.mq", multi=True)
+    admin.add_subscriber(store, "app.mq", "a")
+    admin.add_subscriber(store, "app.mq", "b")
+    s = connect(store)
+    ids = s.enqueue_array("app.mq", [b"1", b"2", b"3"], commit=True)
+    for consumer in ("a", "b"):
+        got = s.dequeue_array("app.mq", 10, consumer=consumer, wait=0, commit=True)
+        assert [m.msg_id for m in got] == ids
+        assert [m.payload for m in got] == [b"1", b"2", b"3"]
+    admin.stop_queue(store, "app.mq", dequeue=False)
+    with pytest.raises(QueueStoppedError, match="stopped for enqueue"):
+        s.enqueue_array("app.mq", [b"4", b"5"], commit=True)
+    admin.start_queue(store, "app.mq")
+    assert s.dequeue_array("app.mq", 10, consumer="a", wait=0) == []
