@@ -77,6 +77,19 @@ def test_demo_pipeline_on_s3_buckets(spark: SparkSession, servers: tuple[S3Serve
         run_component(spark, cfg, kind, name, lease_wait=60)
     result = verify(spark, cfg, "apply_dbs2")
     assert result.ok, result.report()
+    # a second round changes rows the first applied: the apply deletes them by position
+    # (delete files written through the table's FileIO, in the bucket) in one RowDelta
+    generate(str(tmp_path / "source"), rounds=1, employees=40, changes=20)
+    for kind, name in (("capture", "capture_hr"), ("propagation", "dbs1_to_dbs2"),
+                       ("apply", "apply_dbs2")):
+        run_component(spark, cfg, kind, name, lease_wait=60)
+    result = verify(spark, cfg, "apply_dbs2")
+    assert result.ok, result.report()
+    jt = targets_of(cfg, cfg.component("apply", "apply_dbs2")).java_table(spark, "hr.employees")
+    deltas = [d for d in (dict(x.summary()) for x in jt.snapshots())
+              if d.get("changeflow.pass-id") and int(d.get("added-position-deletes", 0))
+              and "spark.merge-into.num-target-rows-updated" not in d]
+    assert deltas, "no pass deleted rows by position (a RowDelta)"
 
     # the batches and the tables are objects in the bucket, and nothing was left on disk
     keys = s3.objects(bucket)
