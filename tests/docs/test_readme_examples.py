@@ -6,8 +6,10 @@ How the documents say what runs (see ``docs/cli.md``, "The examples are tested")
   per line (a trailing ``\\`` joins lines; in a block with ``$ `` prompts only the
   prompted lines are commands, the rest is their output);
 * ``export NAME=value`` sets the environment of the document's later commands; every
-  document starts from what the README exports, and nothing else is set (a temporary
-  ``HOME``, a plain ``PATH``);
+  document starts from what the README exports (its ``export`` lines are applied first
+  when the README's own examples were not selected), and nothing else is set but what
+  a user who activated the project's virtualenv has (a temporary ``HOME``, a plain
+  ``PATH`` with the venv's ``bin`` in front, ``VIRTUAL_ENV``);
 * ``<!-- docs-test: skip: REASON -->`` before a block skips it, visibly (set-up commands
   CI runs anyway, servers, synopses with placeholders);
 * ``<!-- docs-test: exit N -->`` before a block: its commands exit N (an error shown on
@@ -164,7 +166,8 @@ def parse(documents: list[tuple[str, str]]) -> Parsed:
     return parsed
 
 
-DOCUMENTS = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
+README = "README.md"
+DOCUMENTS = [ROOT / README, *sorted((ROOT / "docs").glob("*.md"))]
 PARSED = parse([(str(p.relative_to(ROOT)), p.read_text(encoding="utf-8")) for p in DOCUMENTS])
 
 
@@ -252,7 +255,7 @@ def cli_args(command: str, env: dict[str, str], project: Path) -> list[str] | No
 
     ``None`` for anything the shell must interpret (variables, quotes, globs, ``;``,
     pipes, redirections) and for a ``changeflow`` the document's ``PATH`` does not lead
-    to: such lines run in bash, so a missing ``export PATH=…`` still fails.
+    to: such lines run in bash, so a document that puts another ``PATH`` still fails.
     """
     if UNSAFE.search(command.partition(" #")[0]):
         return None
@@ -312,11 +315,20 @@ class Shell:
     base: dict[str, str]
     host: CliHost | None = None
     envs: dict[str, dict[str, str]] = field(default_factory=dict)
+    readme_exports: list[str] = field(default_factory=list)
 
     def env(self, file: str) -> dict[str, str]:
+        if file != README and README not in self.envs:
+            self._readme_env()
         if file not in self.envs:
-            self.envs[file] = dict(self.envs.get("README.md", self.base))
+            self.envs[file] = dict(self.envs.get(README, self.base))
         return self.envs[file]
+
+    def _readme_env(self) -> None:
+        """The README's exports, when its own examples were not run (``-k`` a document)."""
+        for command in self.readme_exports:
+            r = self.export(README, command)
+            assert r.returncode == 0, f"README.md: `{command}` failed\n{r.stderr}"
 
     def run(self, file: str, command: str,
             timeout: float = 300) -> subprocess.CompletedProcess[str]:
@@ -350,8 +362,13 @@ def demo_shell(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Shell]:
         ["scripts/env.sh", "bash", "scripts/demo.sh"], cwd=project, capture_output=True,
         text=True, timeout=1200, env={**env, "CHANGEFLOW_DEMO_ROUNDS": "0"})
     assert demo.returncode == 0, (demo.stdout + demo.stderr)[-4000:]
+    # the documents' reader has activated the project's virtualenv (`changeflow` on PATH)
+    venv = project / ".venv"
+    env = {**env, "PATH": f"{venv / 'bin'}:{STANDARD_PATH}", "VIRTUAL_ENV": str(venv)}
     host = CliHost(base, env)
-    yield Shell(project, env, host)
+    exports = [e.command for e in PARSED.examples
+               if e.file == README and e.skip is None and re.match(r"^\s*export\s", e.command)]
+    yield Shell(project, env, host, readme_exports=exports)
     host.close()
 
 
