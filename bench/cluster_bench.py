@@ -40,7 +40,8 @@ if TYPE_CHECKING:
 
 ROOT = Path(__file__).resolve().parent.parent
 EXECUTOR_CONF = {"spark.executor.memory": "640m", "spark.driver.memory": "2g",
-                 "spark.eventLog.enabled": "true"}
+                 "spark.eventLog.enabled": "true", "spark.eventLog.compress": "false",
+                 "spark.eventLog.rolling.enabled": "false"}
 # (label, workers, cores per worker): 1x1 against 2x1 is the speed-up a second worker
 # brings; 1x2 against 2x1 is the cost of distribution at the same two cores.
 LAYOUTS = (("1x1", 1, 1), ("2x1", 2, 1), ("1x2", 1, 2))
@@ -104,7 +105,7 @@ def event_summary(events: Path) -> dict[str, Any]:
     tasks: dict[str, int] = {}
     run_ms = cpu_ns = 0
     stages: list[tuple[int, int]] = []
-    for log in sorted(events.iterdir()):
+    for log in sorted(p for p in events.rglob("*") if p.is_file()):
         for line in log.read_text().splitlines():
             ev = json.loads(line)
             kind = ev.get("Event")
