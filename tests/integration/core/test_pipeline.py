@@ -9,10 +9,10 @@ from pathlib import Path
 import pytest
 
 from changeflow.apply.engine import apply_once, targets_of
-from changeflow.targets.read import read_table
 from changeflow.capture.snapshot import run_capture
 from changeflow.propagation import propagate_once
 from changeflow.sites import queue_site
+from changeflow.targets.read import read_table
 
 pytestmark = pytest.mark.spark
 

@@ -7,13 +7,13 @@ from pathlib import Path
 import pytest
 
 from changeflow.apply.engine import apply_once, targets_of
-from changeflow.targets.read import read_table
 from changeflow.capture.snapshot import run_capture
 from changeflow.config import load_config
 from changeflow.errors import ConfigError
 from changeflow.propagation import propagate_once
 from changeflow.rules import RuleRegistry, admin, save_rules
 from changeflow.runner import rule_filter_for
+from changeflow.targets.read import read_table
 
 pytestmark = pytest.mark.spark
 REGIONS = "region_id int, region_name string, zone int"

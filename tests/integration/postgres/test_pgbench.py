@@ -25,12 +25,12 @@ import pytest
 from changeflow.apply import errorq
 from changeflow.apply.engine import apply_once, targets_of
 from changeflow.apply.postgres import apply_pg_once
-from changeflow.targets.read import read_table
 from changeflow.capture.postgres import run_pg_capture
 from changeflow.config import load_config
 from changeflow.propagation import propagate_once
 from changeflow.queues import arrow_io
 from changeflow.sites import queue_site
+from changeflow.targets.read import read_table
 
 # long: several minutes of Spark passes over pgbench's 100,000 accounts (make test-long runs
 # it; tests/integration/postgres/test_truncate_apply.py keeps the TRUNCATE + reload case in

@@ -14,10 +14,10 @@ import pytest
 
 from changeflow.apply import errorq
 from changeflow.apply.engine import apply_once, targets_of
-from changeflow.targets.read import read_table
 from changeflow.capture.postgres import run_pg_capture
 from changeflow.config import load_config
 from changeflow.sites import queue_site
+from changeflow.targets.read import read_table
 
 pytestmark = [pytest.mark.postgres, pytest.mark.spark]
 

@@ -9,13 +9,13 @@ from click.testing import CliRunner
 
 from changeflow import lcr
 from changeflow.apply.engine import apply_once, targets_of
-from changeflow.targets.read import read_table
 from changeflow.cli import main
 from changeflow.propagation import propagate_once
 from changeflow.quality import QualityError, results
 from changeflow.queues import io as qio
 from changeflow.queues.quarantine import quarantined
 from changeflow.sites import consumer_name, queue_site
+from changeflow.targets.read import read_table
 
 from .conftest import row_lcr
 

@@ -131,11 +131,11 @@ def test_bad_transformations(spark: Any) -> None:
 
 def test_transformations_at_capture_propagation_and_apply(spark: Any, tmp_path: Path) -> None:
     from changeflow.apply.engine import apply_once, targets_of
-    from changeflow.targets.read import read_table
     from changeflow.capture.snapshot import run_capture
     from changeflow.clients import rule_filter
     from changeflow.config import load_config
     from changeflow.propagation import propagate_once
+    from changeflow.targets.read import read_table
 
     src = tmp_path / "source" / "hr.regions" / "snap=1"
     spark.createDataFrame([(1, "Europe", "x"), (2, "Asia", "y")],

@@ -16,8 +16,8 @@ from changeflow.apply.ddl import DdlError, logical_type, parse
 from changeflow.apply.handlers import Handlers, load
 from changeflow.apply.positions import TxnId
 from changeflow.apply.records import HandlerError, RowLCR
-from changeflow.targets.catalog import TargetTable
 from changeflow.state import StateStore
+from changeflow.targets.catalog import TargetTable
 
 T0 = dt.datetime(2024, 1, 1, tzinfo=dt.UTC)
 
