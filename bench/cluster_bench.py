@@ -2,13 +2,19 @@
 
 * ``cluster.propagate``: the propagation of one batch of ``rows`` LCRs (full: 5 million;
   rules and quality on, as ``pipeline.propagate``) run as its job file
-  (``jobs/propagation.py``) on a Spark standalone cluster of two workers, against the
-  same propagation on a cluster of one worker. Executors are ``local[1]``-sized (one
-  core, 640 MiB), so the comparison is fair on two cores. Judged: two workers' time over
-  one worker's, target <= 1.0 (a second worker must not cost time).
-* ``cluster.apply``: the apply of 100,000 changes (small: 10,000) into an Iceberg table of
-  ``2 x rows`` rows (full: 10 million), as its job file (``jobs/apply.py``), two workers
-  against one. Judged as above.
+  (``jobs/propagation.py``) on three Spark standalone layouts (:data:`LAYOUTS`): one
+  worker of one core, two workers of one core, one worker of two cores. Judged: two
+  one-core workers' time over one's, target <= 1.0 (a second worker must not cost time).
+  ``cluster.propagate_distribution`` (reported): two one-core workers against one
+  two-core worker, the cost of distribution at the same cores.
+* ``cluster.apply`` and ``cluster.apply_distribution``: the apply of 100,000 changes
+  (small: 10,000) into an Iceberg table of ``2 x rows`` rows (full: 10 million), as its
+  job file (``jobs/apply.py``), on the same layouts, judged and reported as above.
+
+Each layout's figures keep a summary of its Spark event log (:func:`event_summary`):
+executors, tasks per executor, the tasks' run and CPU seconds, stage-busy and driver-only
+seconds. On two cores no layout can show a speed-up: the driver needs one of them
+(docs/deploy.md, "One worker or two").
 * ``objectstore.batch_commit``, ``objectstore.batch_list``, ``objectstore.batch_read``:
   the per-batch cost of a queue batch of 1,000 LCRs on an S3-compatible server (S3Proxy on
   loopback) against local files, with the same code (Arrow's write and the catalog commit;
