@@ -122,7 +122,7 @@ def apply_once(
     handle = pipe.queue(spec.queue)
     rt, queue = handle.site, handle.name
     handlers = Handlers.from_config(spec.handlers, spark)
-    dests = enq.destinations(cfg, spec)
+    dests = enq.destinations(pipe, spec)
     result = ApplyResult(name)
     targets = targets_of(pipe, spec)
     targets.register(spark)

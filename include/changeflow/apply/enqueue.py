@@ -23,11 +23,12 @@ from changeflow import fs
 from changeflow.apply.config import EnqueueDestination
 from changeflow.config import ApplySpec, PipelineConfig
 from changeflow.errors import ConfigError
-from changeflow.sites import SiteRuntime, queue_site
+from changeflow.sites import SiteRuntime
 
 if TYPE_CHECKING:
     from pyspark.sql import Column, DataFrame, SparkSession
 
+    from changeflow.pipeline import Pipeline
     from changeflow.queues.catalog import Batch
 
 log = logging.getLogger(__name__)
@@ -68,16 +69,18 @@ class Destination:
         return F.coalesce(rule.code_column().isNotNull(), F.lit(False))
 
 
-def destinations(cfg: PipelineConfig, spec: ApplySpec) -> list[Destination]:
-    """An apply's enqueue destinations.
+def destinations(pipe: Pipeline, spec: ApplySpec) -> list[Destination]:
+    """An apply's enqueue destinations (from the run's resolved pipeline).
 
     Raises:
         ConfigError: a destination queue is not declared.
     """
     out = []
+    cfg = pipe.cfg
     for i, d in enumerate(spec.enqueue):
         try:
-            rt, queue = queue_site(cfg, d.queue)
+            handle = pipe.queue(d.queue)
+            rt, queue = handle.site, handle.name
         except ConfigError as exc:
             raise ConfigError(f"enqueue destination {d.queue!r}: {exc}", file=cfg.source_path,
                               key=f"applies.{spec.name}.enqueue.{i}.queue") from None

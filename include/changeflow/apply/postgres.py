@@ -177,7 +177,7 @@ def apply_pg_once(
     handle = pipe.queue(spec.queue)
     rt, queue = handle.site, handle.name
     handlers = Handlers.from_config(spec.handlers, None)
-    dests = enq.destinations(cfg, spec)
+    dests = enq.destinations(pipe, spec)
     result = PgApplyResult(name)
     with Lease(rt.store, f"apply:{name}", wait=lease_wait) as lease, \
             connect(resolve_url(spec.target), application_name=f"changeflow-apply-{name}",
