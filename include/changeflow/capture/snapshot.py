@@ -18,10 +18,11 @@ from typing import TYPE_CHECKING
 
 from sqlalchemy import select
 
-from changeflow import faults, fs, lcr, quality, values
+from changeflow import fs, lcr, quality, values
 from changeflow.config import CaptureSpec, PipelineConfig, SnapshotSource, SnapshotTable
 from changeflow.errors import ConfigError, SchemaMismatchError
 from changeflow.pipeline import Pipeline, resolve
+from changeflow.quality.batch import commit_capture
 from changeflow.queues import io as qio
 from changeflow.sites import SiteRuntime
 from changeflow.state import schema, utcnow
@@ -233,21 +234,8 @@ def capture_snapshot(
                             dedup_key=dedup, warm_quality=pipe.cfg.quality.enabled)
     report = quality.check_batch(spark, pipe, stage=f"capture:{spec.name}", batch=batch,
                                  queue=spec.queue)
-    with rt.store.begin() as conn:
-        if lease is not None:
-            lease.check(conn)
-        seq = None
-        if batch is not None:
-            seq = rt.catalog.commit_batch(queue, batch, conn, state=quality.state_of(report))
-            if seq is None:
-                fs.delete(spark, batch.path)
-                return 0
-        failed = quality.set_aside(rt, queue, report, seq, conn)
-        _record(conn, spec.name, [t.name for t in tables], n, scn)
-    faults.point("capture.after_commit")
-    if failed is not None:
-        raise failed
-    return batch.n_messages if batch else 0
+    return commit_capture(spark, rt, queue, batch, report, lease, lambda conn: _record(
+        conn, spec.name, [t.name for t in tables], n, scn))
 
 
 def run_capture(

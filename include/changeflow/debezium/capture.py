@@ -31,13 +31,14 @@ from typing import TYPE_CHECKING, Any
 
 from sqlalchemy import select
 
-from changeflow import faults, fs, quality
+from changeflow import fs, quality
 from changeflow.config import CaptureSpec, PipelineConfig
 from changeflow.debezium import convert, images, locate, onepass, reader
 from changeflow.debezium import envelope as E
 from changeflow.debezium.config import DebeziumSource
 from changeflow.errors import ConfigError
 from changeflow.pipeline import Pipeline, resolve
+from changeflow.quality.batch import commit_capture
 from changeflow.queues import arrow_io as qarrow
 from changeflow.queues import io as qio
 from changeflow.queues.model import NewBatch
@@ -221,37 +222,6 @@ def write_batch(spark: SparkSession, rt: SiteRuntime, queue: str, df: DataFrame,
         if message is not None:
             raise reader.DebeziumFileError(message) from None
         raise
-
-
-def commit_capture(spark: SparkSession, rt: SiteRuntime, queue: str, batch: NewBatch | None,
-                   report: quality.QualityReport | None, lease: Lease | None,
-                   record: Callable[[Any], None]) -> int:
-    """Commit a capture's batch and its progress in one state-store transaction.
-
-    ``record(conn)`` stores what was read (files, offsets, a position) in that
-    transaction; it runs unless the batch's dedup key was committed before (a run
-    that died after its commit), whose written files are then deleted. Returns the
-    messages enqueued.
-
-    Raises:
-        QualityError: the batch failed a check; it is committed, set aside.
-    """
-    with rt.store.begin() as conn:
-        if lease is not None:
-            lease.check(conn)
-        seq = None
-        if batch is not None:
-            seq = rt.catalog.commit_batch(queue, batch, conn, state=quality.state_of(report))
-        failed = quality.set_aside(rt, queue, report, seq, conn) if report is not None else None
-        if batch is None or seq is not None:
-            record(conn)
-    faults.point("capture.after_commit")
-    if batch is not None and seq is None:
-        fs.delete(spark, batch.path)
-        return 0
-    if failed is not None:
-        raise failed
-    return batch.n_messages if batch is not None else 0
 
 
 RuleFilter = Callable[["DataFrame"], "DataFrame"]

@@ -50,12 +50,12 @@ from changeflow.debezium.capture import (
     MISS,
     RuleFilter,
     check_quality,
-    commit_capture,
     write_batch,
 )
 from changeflow.debezium.config import KafkaSource
 from changeflow.errors import ConfigError, TerminalError
 from changeflow.pipeline import Pipeline, resolve
+from changeflow.quality.batch import commit_capture
 from changeflow.state import schema, utcnow
 from changeflow.state.leases import Lease
 

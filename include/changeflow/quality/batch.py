@@ -21,6 +21,7 @@ import time
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from changeflow import faults, fs
 from changeflow.config import PipelineConfig
 from changeflow.pipeline import Pipeline, resolve
 from changeflow.quality import facts, quarantine, results
@@ -31,9 +32,13 @@ from changeflow.queues.quarantine import record_committed
 from changeflow.sites import SiteRuntime
 
 if TYPE_CHECKING:
+    from collections.abc import Callable
+
     import pyarrow as pa
     from pyspark.sql import DataFrame, Observation, SparkSession
     from sqlalchemy.engine import Connection
+
+    from changeflow.state.leases import Lease
 
 SAMPLE_COLUMNS = ("msg_id", "kind", "command_type", "object_owner", "object_name",
                   "source_database_name", "transaction_id", "commit_scn", "position")
@@ -247,3 +252,34 @@ def _samples(report: QualityReport, batch: DataFrame, prior: dict[str, int], k: 
 
 def _rows(df: DataFrame) -> list[dict[str, Any]]:
     return [r.asDict() for r in df.collect()]
+
+
+def commit_capture(spark: SparkSession, rt: SiteRuntime, queue: str, batch: NewBatch | None,
+                   report: QualityReport | None, lease: Lease | None,
+                   record: Callable[[Connection], None]) -> int:
+    """Commit a capture's checked batch and its progress in one state-store transaction.
+
+    ``record(conn)`` stores what was read (files, offsets, a snapshot) in that
+    transaction; it runs unless the batch's dedup key was committed before (a run
+    that died after its commit), whose written files are then deleted. Returns the
+    messages enqueued.
+
+    Raises:
+        QualityError: the batch failed a check; it is committed, set aside.
+    """
+    with rt.store.begin() as conn:
+        if lease is not None:
+            lease.check(conn)
+        seq = None
+        if batch is not None:
+            seq = rt.catalog.commit_batch(queue, batch, conn, state=state_of(report))
+        failed = set_aside(rt, queue, report, seq, conn)
+        if batch is None or seq is not None:
+            record(conn)
+    faults.point("capture.after_commit")
+    if batch is not None and seq is None:
+        fs.delete(spark, batch.path)
+        return 0
+    if failed is not None:
+        raise failed
+    return batch.n_messages if batch is not None else 0
