@@ -21,6 +21,7 @@ from changeflow.targets.catalog import IcebergTargets, TargetTable
 from changeflow.targets.rowdelta import LOCATION
 
 if TYPE_CHECKING:
+    import pyarrow as pa
     from pyspark.sql import DataFrame, SparkSession
 
 log = logging.getLogger(__name__)
@@ -71,6 +72,7 @@ class TablePlan:
     _checked: bool = False
     _troubled: DataFrame | None = None  # keys whose effects went to the fold, if any
     _images: DataFrame | None = None  # what the pass writes (cached), once asked for
+    _located: pa.Table | None = None  # :meth:`located`, once collected
     _cached: list[DataFrame] = field(default_factory=list)
 
     def prepare(self, changes: DataFrame) -> None:
@@ -195,33 +197,43 @@ class TablePlan:
             out, self.table, tag, partial=self.partial or self.folded_partial))
         return self._images
 
-    def expected(self) -> DataFrame:
-        """Per changed key: whether it existed before and should exist once this pass
-        commits (the newest applied effect of the key, as :meth:`images` gave it; a key
-        no applied effect touches stays as it was)."""
-        from pyspark.sql import functions as F
+    def expected(self) -> pa.Table:
+        """Per changed key (Arrow, on the driver): whether it existed before (``before``)
+        and should exist once this pass commits (``present``: the newest applied effect
+        of the key, as :meth:`images` gave it; a key no applied effect touches stays as
+        it was). A key with a NULL column is left out: it is never written (its
+        transaction fails: ``null_key``)."""
+        import pyarrow as pa
+        import pyarrow.compute as pc
 
         keys = self.table.key_columns
         assert self._images is not None and self.effects is not None, "images() first"
-        last = self._images.select(*keys, (F.col("_cf_op") != "D").alias("_present"))
+        last = self._images.select(*keys, "_cf_op").toArrow()
+        last = last.select(keys).append_column("_present", pc.not_equal(last["_cf_op"], "D"))
         every = self.keys if self.keys is not None else self.effects.select(*keys).distinct()
-        # a key with a NULL column is never written (its transaction fails: null_key)
-        every = every.dropna(subset=keys)
-        if self.current is not None:
-            before = self.current.select(*keys, F.col("_c_exists").alias("_before"))
-            every = every.join(before, keys, "left")
+        out = every.dropna(subset=keys).toArrow()
+        located = self.located()
+        if located is not None and located.num_rows:
+            before = located.select(keys).group_by(keys).aggregate([])
+            out = out.join(before.append_column("_before", pa.array(
+                [True] * before.num_rows, pa.bool_())), keys, join_type="left outer")
+            was = pc.fill_null(out["_before"], False)
         else:
-            every = every.withColumn("_before", F.lit(False))
-        return every.join(last, keys, "left").select(
-            *keys, F.coalesce("_before", F.lit(False)).alias("before"),
-            F.coalesce("_present", F.coalesce("_before", F.lit(False))).alias("present"))
+            was = pa.array([False] * out.num_rows, pa.bool_())
+        out = out.select(keys).append_column("before", was)
+        out = out.join(last, keys, join_type="left outer")
+        present = pc.coalesce(out["_present"], out["before"])
+        return out.select([*keys, "before"]).append_column("present", present)
 
-    def located(self) -> DataFrame | None:
-        """Where the current rows of the changed keys are (key and location), when looked
-        up; the write deletes them by position instead of scanning for them."""
+    def located(self) -> pa.Table | None:
+        """Where the current rows of the changed keys are (key columns and
+        :data:`~changeflow.targets.rowdelta.LOCATION`, on the driver), when looked up;
+        the write deletes them by position instead of scanning for them."""
         if self.current is None:
             return None
-        return self.current.select(*self.table.key_columns, *LOCATION)
+        if self._located is None:
+            self._located = self.current.select(*self.table.key_columns, *LOCATION).toArrow()
+        return self._located
 
     @property
     def folded_partial(self) -> bool:

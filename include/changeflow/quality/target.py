@@ -38,7 +38,8 @@ from changeflow.targets import commit as tcommit
 from changeflow.targets.catalog import IcebergTargets, TargetTable
 
 if TYPE_CHECKING:
-    from pyspark.sql import DataFrame, SparkSession
+    import pyarrow as pa
+    from pyspark.sql import SparkSession
 
 
 @dataclass
@@ -48,14 +49,14 @@ class TargetWrite:
     Args:
         table: the header the pass wrote with (after evolution).
         staged: the staged write (branch and snapshot).
-        expected: per changed key, ``before`` and ``present`` (after this apply, as the
-            applied LCRs say); None to skip the row and count checks.
+        expected: per changed key (Arrow), ``before`` and ``present`` (after this apply,
+            as the applied LCRs say); None to skip the row and count checks.
         published: an earlier attempt of the pass published it (checked then).
     """
 
     table: TargetTable
     staged: tcommit.Staged
-    expected: DataFrame | None = None
+    expected: pa.Table | None = None
     published: bool = False
 
     @property
@@ -64,29 +65,41 @@ class TargetWrite:
         return self.expected is not None
 
 
-def key_facts(spark: SparkSession, targets: IcebergTargets, w: TargetWrite) -> DataFrame:
-    """One row per changed key: the key, and whether it passes each per-key check."""
+def key_facts(spark: SparkSession, targets: IcebergTargets, w: TargetWrite) -> pa.Table:
+    """One row per changed key (Arrow, on the driver): the key, and whether it passes
+    each per-key check.
+
+    One Spark job reads the branch: how many rows each changed key has there (the key
+    columns of the branch, semi-joined with the broadcast changed keys). The rest is a
+    join of at most as many rows as the pass changed keys.
+    """
+    import pyarrow as pa
+    import pyarrow.compute as pc
     from pyspark.sql import functions as F
 
     keys = w.table.key_columns
     assert w.expected is not None
+    expected = w.expected
+    changed = spark.createDataFrame(expected.select(keys))
     branch = tcommit.read_branch(spark, targets, w.staged).select(*keys)
-    after = branch.join(F.broadcast(w.expected.select(*keys)), keys, "left_semi") \
-        .groupBy(*keys).agg(F.count(F.lit(1)).alias("_n"))
-    facts = w.expected.join(after, keys, "full_outer")
-    not_null = F.lit(True)
+    after = branch.join(F.broadcast(changed), keys, "left_semi") \
+        .groupBy(*keys).agg(F.count(F.lit(1)).alias("_n")).toArrow()
+    facts = expected.join(after.cast(pa.schema(
+        [expected.schema.field(k) for k in keys] + [pa.field("_n", pa.int64())])),
+        keys, join_type="full outer")
+    n = facts["_n"]
+    not_null = pa.array([True] * facts.num_rows, pa.bool_())
     for k in keys:
-        not_null = not_null & F.col(k).isNotNull()
-    after_present = F.col("_n").isNotNull()
-    return facts.select(
-        F.lit(w.table.name).alias("table_name"),
-        F.to_json(F.struct(*[F.col(k) for k in keys])).alias("key"),
-        not_null.alias("key_not_null"),
-        F.coalesce(F.col("_n") <= 1, F.lit(True)).alias("key_unique"),
-        (after_present == F.coalesce("present", "before", F.lit(False))).alias("as_applied"),
-        F.coalesce("before", F.lit(False)).alias("before"),
-        F.coalesce("present", "before", F.lit(False)).alias("expected"),
-        after_present.alias("after"))
+        not_null = pc.and_(not_null, pc.is_valid(facts[k]))
+    after_present = pc.is_valid(n)
+    before = pc.fill_null(facts["before"], False)
+    want = pc.fill_null(pc.coalesce(facts["present"], facts["before"]), False)
+    return pa.table({
+        **{k: facts[k] for k in keys},
+        "key_not_null": not_null,
+        "key_unique": pc.fill_null(pc.less_equal(n, 1), True),
+        "as_applied": pc.equal(after_present, want),
+        "before": before, "expected": want, "after": after_present})
 
 
 def _column_types(spark: SparkSession, targets: IcebergTargets,
@@ -106,9 +119,9 @@ def _column_types(spark: SparkSession, targets: IcebergTargets,
 
 
 def _rollup(spark: SparkSession, targets: IcebergTargets, w: TargetWrite) -> tuple[
-        dict[str, Any], DataFrame | None, list[dict[str, Any]]]:
+        dict[str, Any], pa.Table | None, list[dict[str, Any]]]:
     """The table's row of the ``target_changes`` facts, its key facts and column types."""
-    from pyspark.sql import functions as F
+    import pyarrow.compute as pc
 
     types = _column_types(spark, targets, w)
     before = w.staged.rows_before
@@ -121,20 +134,16 @@ def _rollup(spark: SparkSession, targets: IcebergTargets, w: TargetWrite) -> tup
     if not w.checks_rows:
         return row, None, types
     facts = key_facts(spark, targets, w)
-    bad = lambda c: F.sum((~F.col(c)).cast("long"))  # noqa: E731
-    n = facts.agg(
-        F.count(F.lit(1)).alias("keys"), bad("key_not_null").alias("nn"),
-        bad("key_unique").alias("uq"), bad("as_applied").alias("aa"),
-        F.sum((F.col("after") & ~F.col("before")).cast("long")).alias("ins"),
-        F.sum((~F.col("after") & F.col("before")).cast("long")).alias("dels"),
-        F.sum((F.col("expected") & ~F.col("before")).cast("long")).alias("eins"),
-        F.sum((~F.col("expected") & F.col("before")).cast("long")).alias("edels"),
-    ).first()
-    assert n is not None
-    c = {k: int(n[k] or 0) for k in n.asDict()}
-    row.update(keys=c["keys"], key_not_null_violations=c["nn"], key_unique_violations=c["uq"],
-               as_applied_violations=c["aa"], inserts=c["ins"], deletes=c["dels"],
-               expected_after=before + c["eins"] - c["edels"])
+    bad = lambda c: facts.num_rows - pc.sum(facts[c].cast("int64")).as_py() \
+        if facts.num_rows else 0  # noqa: E731
+    count = lambda m: pc.sum(m.cast("int64")).as_py() or 0  # noqa: E731
+    after, was, want = facts["after"], facts["before"], facts["expected"]
+    row.update(keys=facts.num_rows, key_not_null_violations=bad("key_not_null"),
+               key_unique_violations=bad("key_unique"), as_applied_violations=bad("as_applied"),
+               inserts=count(pc.and_(after, pc.invert(was))),
+               deletes=count(pc.and_(pc.invert(after), was)),
+               expected_after=before + count(pc.and_(want, pc.invert(was)))
+               - count(pc.and_(pc.invert(want), was)))
     return row, facts, types
 
 
@@ -204,7 +213,7 @@ def check_target(
     return report
 
 
-def _samples(check: str, parts: list[tuple[dict[str, Any], DataFrame | None,
+def _samples(check: str, parts: list[tuple[dict[str, Any], pa.Table | None,
                                            list[dict[str, Any]]]],
              k: int) -> list[dict[str, Any]]:
     """Sample offenders of a failed check (keys, columns or the table's counts)."""
@@ -216,9 +225,24 @@ def _samples(check: str, parts: list[tuple[dict[str, Any], DataFrame | None,
             out.append({k2: row[k2] for k2 in ("table_name", "rows_before", "inserts",
                                                "deletes", "rows_after", "expected_after")})
         elif check in _KEY_CHECKS and facts is not None:
-            bad = facts.where(f"NOT {_KEY_CHECKS[check]}").limit(k).collect()
-            out += [r.asDict() for r in bad]
+            out += _offenders(row["table_name"], facts, _KEY_CHECKS[check], k)
     return out[:k]
+
+
+def _offenders(table: str, facts: pa.Table, check: str, k: int) -> list[dict[str, Any]]:
+    """Up to ``k`` changed keys failing one per-key check, as sample rows."""
+    import json
+
+    import pyarrow.compute as pc
+
+    bad = facts.filter(pc.invert(facts[check])).slice(0, k).to_pylist()
+    names = [c for c in facts.column_names if c not in _FACTS]
+    return [{"table_name": table,
+             "key": json.dumps({c: r[c] for c in names}, default=str, separators=(",", ":")),
+             **{c: r[c] for c in _FACTS}} for r in bad]
+
+
+_FACTS = ("key_not_null", "key_unique", "as_applied", "before", "expected", "after")
 
 
 def _quarantine(spark: SparkSession, targets: IcebergTargets,

@@ -36,9 +36,10 @@ from typing import TYPE_CHECKING, Any
 from changeflow.errors import TargetError, TransientError
 from changeflow.targets import rowdelta
 from changeflow.targets.catalog import META, IcebergTargets, TargetTable, rows_of
-from changeflow.targets.tables import q
+from changeflow.targets.tables import create_branch, drop_branch, q
 
 if TYPE_CHECKING:
+    import pyarrow as pa
     from pyspark.sql import DataFrame, SparkSession
 
 log = logging.getLogger(__name__)
@@ -110,7 +111,7 @@ def snapshot_properties(spark: SparkSession, props: dict[str, str]) -> Iterator[
 
 def stage(spark: SparkSession, targets: IcebergTargets, table: TargetTable, pass_id: str,
           images: DataFrame, *, partial: bool, truncate: bool,
-          located: DataFrame | None = None) -> Staged:
+          located: pa.Table | None = None) -> Staged:
     """Write a pass's final images to a new branch at the snapshot the pass read.
 
     With ``located`` (the pass's lookup found where the changed keys' rows are), whole
@@ -122,13 +123,11 @@ def stage(spark: SparkSession, targets: IcebergTargets, table: TargetTable, pass
             columns, ``_cf_op`` (``D``: delete the row; ``W``: write it) and, when
             ``partial``, ``_cf_absent`` (columns the image lacks: the row keeps them).
         truncate: empty the branch first (a TRUNCATE in the pass).
-        located: per current row of a changed key at ``table.snapshot``: the key and
-            :data:`.rowdelta.LOCATION`.
+        located: per current row of a changed key at ``table.snapshot`` (Arrow): the
+            key columns and :data:`.rowdelta.LOCATION`.
     """
     branch = f"cf_{pass_id}_{uuid.uuid4().hex[:6]}"
-    ident = targets.ident(table.name)
-    at = f" AS OF VERSION {table.snapshot}" if table.snapshot is not None else ""
-    spark.sql(f"ALTER TABLE {ident} CREATE BRANCH {q(branch)}{at}")
+    create_branch(spark, targets, table.name, branch, table.snapshot)
     target = targets.ident(table.name, branch=branch)
     jt = targets.java_table(spark, table.name)
     assert jt is not None
@@ -232,15 +231,9 @@ def quarantine(spark: SparkSession, targets: IcebergTargets, staged: Staged) -> 
         raise TargetError(f"target table {staged.table.name}: {staged.branch!r} is not a "
                           "staging branch")
     name = staged.branch.replace("cf_", "quarantine_", 1)
-    spark.sql(f"ALTER TABLE {targets.ident(staged.table.name)} CREATE BRANCH {q(name)} "
-              f"AS OF VERSION {staged.snapshot}")
+    create_branch(spark, targets, staged.table.name, name, staged.snapshot)
     drop_branch(spark, targets, staged.table.name, staged.branch)
     return name
-
-
-def drop_branch(spark: SparkSession, targets: IcebergTargets, table: str, branch: str) -> None:
-    """Drop a branch (if it exists)."""
-    spark.sql(f"ALTER TABLE {targets.ident(table)} DROP BRANCH IF EXISTS {q(branch)}")
 
 
 def drop_stale_branches(spark: SparkSession, targets: IcebergTargets, table: str,
@@ -260,6 +253,6 @@ def read_branch(spark: SparkSession, targets: IcebergTargets, staged: Staged) ->
     return spark.table(targets.ident(staged.table.name, branch=staged.branch))
 
 
-__all__ = ["META", "PASS_ID", "Staged", "TargetConflictError", "drop_stale_branches",
-           "find_pass", "merge_sql", "publish", "quarantine", "read_branch",
+__all__ = ["META", "PASS_ID", "Staged", "TargetConflictError", "drop_branch",
+           "drop_stale_branches", "find_pass", "merge_sql", "publish", "quarantine", "read_branch",
            "snapshot_properties", "stage"]

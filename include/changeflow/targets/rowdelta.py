@@ -31,7 +31,7 @@ import uuid
 from typing import TYPE_CHECKING, Any
 
 from changeflow.targets.catalog import META, IcebergTargets, TargetTable
-from changeflow.targets.tables import q
+from changeflow.targets.tables import create_branch, drop_branch
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -57,7 +57,7 @@ def usable(jt: Any, *, partial: bool, truncate: bool) -> bool:
 
 
 def write(spark: SparkSession, targets: IcebergTargets, table: TargetTable, branch: str,
-          images: DataFrame, located: DataFrame, props: dict[str, str]) -> int:
+          images: DataFrame, located: pa.Table, props: dict[str, str]) -> int:
     """Add the written images and delete the located rows of the changed keys on
     ``branch`` in one snapshot.
 
@@ -83,11 +83,8 @@ def write(spark: SparkSession, targets: IcebergTargets, table: TargetTable, bran
     cached = images.is_cached  # the pass keeps its images for the quality check
     images = images if cached else images.persist()
     try:
-        gone = located.join(images.select(*keys, "_cf_op"), keys).select(
-            F.col(LOCATION[0]).alias("file_path"), F.col(LOCATION[1]).alias("pos"),
-            (F.col("_cf_op") == "D").alias("_deleted")).toArrow()
-        spark.sql(f"ALTER TABLE {targets.ident(table.name)} CREATE BRANCH {q(scratch)} "
-                  f"AS OF VERSION {base}")
+        gone = _gone(located, images.select(*keys, "_cf_op").toArrow(), keys)
+        create_branch(spark, targets, table.name, scratch, base)
         spark.conf.set(PROPERTY_PREFIX + SCRATCH, "true")
         try:
             images.where(F.col("_cf_op") == "W").select(*table.column_names, *META) \
@@ -113,10 +110,20 @@ def write(spark: SparkSession, targets: IcebergTargets, table: TargetTable, bran
         delta = _add_deletes(spark, jt, delta, base, gone)
     if files or gone.num_rows:
         delta.commit()
-    spark.sql(f"ALTER TABLE {targets.ident(table.name)} DROP BRANCH IF EXISTS {q(scratch)}")
+    drop_branch(spark, targets, table.name, scratch)
     n_written = sum(int(f.recordCount()) for f in files)
     n_deleted = sum(1 for d in gone.column("_deleted").to_pylist() if d)
     return n_written + n_deleted
+
+
+def _gone(located: pa.Table, ops: pa.Table, keys: list[str]) -> pa.Table:
+    """The located rows of the changed keys (every changed key loses its current row):
+    ``file_path``, ``pos`` and whether the key is deleted (not written again)."""
+    import pyarrow.compute as pc
+
+    both = located.join(ops, keys, join_type="inner")
+    return both.select(list(LOCATION)).rename_columns(["file_path", "pos"]).append_column(
+        "_deleted", pc.equal(both["_cf_op"], "D"))
 
 
 def _add_deletes(spark: SparkSession, jt: Any, delta: Any, base: int, gone: pa.Table) -> Any:

@@ -132,3 +132,15 @@ def drop_table(spark: SparkSession, targets: IcebergTargets, name: str) -> None:
     """Drop a table and its files, if it exists."""
     targets.register(spark)
     spark.sql(f"DROP TABLE IF EXISTS {targets.ident(name)} PURGE")
+
+
+def create_branch(spark: SparkSession, targets: IcebergTargets, table: str, branch: str,
+                  snapshot: int | None = None) -> None:
+    """Create a branch of a table at ``snapshot`` (the current one when None)."""
+    at = f" AS OF VERSION {snapshot}" if snapshot is not None else ""
+    spark.sql(f"ALTER TABLE {targets.ident(table)} CREATE BRANCH {q(branch)}{at}")
+
+
+def drop_branch(spark: SparkSession, targets: IcebergTargets, table: str, branch: str) -> None:
+    """Drop a branch of a table (if it exists)."""
+    spark.sql(f"ALTER TABLE {targets.ident(table)} DROP BRANCH IF EXISTS {q(branch)}")
