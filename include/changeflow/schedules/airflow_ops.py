@@ -207,16 +207,21 @@ def toggle(cfg: PipelineConfig, name: str, dag: str, disable: bool, *,
     store.set_disabled(name, disable, "user" if disable else None)
     if not airflow:
         return ToggleResult(name, dag, disable, None, [], "schedule only (--no-airflow)")
+    resumed: str | None = None
     try:
         if not disable:
-            set_paused(dag, False)
+            # the run first, while the DAG is paused: the scheduler makes no run of a
+            # paused DAG, so it cannot make the open window's run beside the enable's
             resumed = resume(store, name, dag, by=by, user=user)
+            set_paused(dag, False)
             return ToggleResult(name, dag, False, False, [], f"enabled; DAG {dag} unpaused"
                                 + (f"; the open window resumes in run {resumed}"
                                    if resumed else ""))
         state = pause_when_idle(dag, wait)
     except BaseException:
         store.set_disabled(name, before.disabled, before.disabled_reason, reset_failures=False)
+        if resumed is not None and is_paused(dag):
+            _retry_locked(_drop_waiting, dag, [resumed])
         raise
     if state.paused:
         return ToggleResult(name, dag, True, True, [], f"disabled; DAG {dag} paused")
@@ -228,44 +233,113 @@ def toggle(cfg: PipelineConfig, name: str, dag: str, disable: bool, *,
 
 def resume(store: Any, name: str, dag: str, *, by: str = "cli",
            user: str | None = None) -> str | None:
-    """Start a run for the window open now, unless a window job is running already.
+    """Give the window open now a run, unless a window job is running already.
 
-    Returns the run's id, or None: no window is open now (the timetable starts the
-    next one), or a window job runs (it re-reads the schedule every second and goes
-    on). A run still in flight whose job has ended (the disable just stopped it) does
-    not prevent it: the new run starts as soon as that one ends (``max_active_runs``).
+    Called before the enable unpauses the DAG. The run is the window's own scheduled
+    run (logical date the window's start, as the timetable makes it), made now instead
+    of at the unpause, when the window has no run yet. Airflow's scheduler makes a run
+    for its next logical date unless one with that date exists, and, since the DAG
+    processor counts only scheduled and backfill runs when it works out that date, it
+    would make that same window's run on the unpause beside a run without a logical
+    date; the one that sorts first (the earlier ``run_after``: the scheduler's) takes
+    the window and the other waits queued until the window ends (``max_active_runs=1``).
+
+    When the window has its run already (the disable ended it), a run without a logical
+    date takes the window up again: the scheduler makes no other for a window that has
+    its run. A run of another window still in flight (the disable just stopped its job)
+    does not prevent it: the new run starts as soon as that one ends.
+
+    Returns:
+        The run's id, or None: no window is open now (the timetable starts the next
+        one), a window job runs (it re-reads the schedule every second and goes on), or
+        the DAG is unpaused and the scheduler is due to make the window's run itself.
     """
     from changeflow.schedules import model
     from changeflow.schedules.window import process_alive
 
     row = store.require(name)
-    now = dt.datetime.now(dt.UTC)
-    if model.window_at(row.schedule, now) is None:
+    window = model.window_at(row.schedule, dt.datetime.now(dt.UTC))
+    if window is None:
         return None
     if row.process and process_alive(row.process) is not False:
         return None
-    waiting = dag_state(dag).waiting
-    if waiting:  # queued while the DAG was paused: it starts now, and runs the window
-        return waiting[0]
-    return trigger(dag, note="schedule enabled: the open window resumes", user=user, by=by)
+    state = require_dag(dag)
+    if state.waiting:  # queued while the DAG was paused: it starts now, and runs the window
+        return state.waiting[0]
+    return _retry_locked(_resume_run, dag, bool(state.paused), user=user, by=by)
+
+
+RESUMED = "schedule enabled: the open window resumes"
+
+
+def _resume_run(dag: str, paused: bool, *, user: str | None, by: str) -> str | None:
+    """The open window's run, in one transaction (see :func:`resume`)."""
+    import pendulum
+    from airflow.models.dag import DagModel
+    from airflow.models.dagbag import DBDagBag
+    from airflow.models.dagrun import DagRun
+    from airflow.utils.session import create_session
+    from airflow.utils.types import DagRunType
+    from sqlalchemy import select
+
+    with create_session() as session:
+        serdag = DBDagBag().get_latest_version_of_dag(dag, session=session)
+        model = session.get(DagModel, dag)
+        if serdag is None or model is None:
+            raise ConfigError(f"Airflow does not know the DAG {dag}")
+        # the window as the DAG's timetable counts it (the scheduler's logical dates)
+        now = pendulum.now("UTC")
+        window = serdag.timetable.infer_manual_data_interval(run_after=now)
+        own = session.scalar(select(DagRun.run_id).where(
+            DagRun.dag_id == dag, DagRun.logical_date == window.start))
+        if own is not None or window.start == window.end:
+            return str(_create_run(dag, note=RESUMED, user=user, by=by, session=session).run_id)
+        if not paused:
+            due = model.next_dagrun_create_after
+            if due is not None and due <= now:
+                log.info("DAG %s is unpaused: the scheduler makes the open window's run", dag)
+                return None
+            return str(_create_run(dag, note=RESUMED, user=user, by=by, session=session).run_id)
+        run = _create_run(dag, note=RESUMED, user=user, by=by, session=session,
+                          run_type=DagRunType.SCHEDULED, logical_date=window.start)
+        # the next run to make is the next window's, as the scheduler records after a run
+        # (should it still look at this one, it finds the run and makes none)
+        model.calculate_dagrun_date_fields(serdag, reference_run=run)
+        return str(run.run_id)
+
+
+def _create_run(dag: str, *, note: str | None, user: str | None, by: str, session: Any,
+                run_type: Any = None, logical_date: dt.datetime | None = None) -> Any:
+    """A new queued ``DagRun``: without a logical date, or the window's at one."""
+    from airflow.api.common.trigger_dag import trigger_dag
+    from airflow.utils.types import DagRunTriggeredByType, DagRunType
+
+    run = trigger_dag(dag, triggered_by=DagRunTriggeredByType(by),
+                      run_type=run_type or DagRunType.MANUAL, triggering_user_name=user,
+                      run_after=logical_date or dt.datetime.now(dt.UTC),
+                      logical_date=logical_date, replace_microseconds=False, note=note,
+                      session=session)
+    if run is None:
+        raise ConfigError(f"Airflow did not create a run of {dag}")
+    session.flush()
+    return run
 
 
 def trigger(dag: str, *, note: str | None = None, user: str | None = None,
             by: str = "cli") -> str:
     """Start a run now, without a logical date (as the UI's trigger does). Returns its id."""
-    from airflow.api.common.trigger_dag import trigger_dag
-    from airflow.utils.types import DagRunTriggeredByType
+    from airflow.utils.session import create_session
 
     state = require_dag(dag)
     if state.paused:
         raise ConfigError(f"the DAG {dag} is paused (its schedule is disabled): Airflow "
                           "would not start the run; enable the schedule first")
-    run = _retry_locked(trigger_dag, dag, triggered_by=DagRunTriggeredByType(by),
-                        triggering_user_name=user, run_after=dt.datetime.now(dt.UTC),
-                        logical_date=None, note=note)
-    if run is None:
-        raise ConfigError(f"Airflow did not create a run of {dag}")
-    return str(run.run_id)
+
+    def create() -> str:
+        with create_session() as session:
+            return str(_create_run(dag, note=note, user=user, by=by, session=session).run_id)
+
+    return str(_retry_locked(create))
 
 
 def backfill(dag: str, start: dt.datetime, end: dt.datetime, *,
