@@ -183,3 +183,18 @@ def final_images(effects_df: DataFrame, table: TargetTable, tag: bytes, *,
         out = effects_df.groupBy(*keys).agg(*aggs).select(
             *keys, *data, "_m.*", absent.alias("_cf_absent"))
     return out.withColumn("_cf_tag", F.lit(tag).cast("binary"))
+
+
+def single_images(effects_df: DataFrame, table: TargetTable, tag: bytes) -> DataFrame:
+    """:func:`final_images` of effects that hold one effect per key, as whole images: each
+    effect is its key's newest, so the images are a projection (no shuffle of the rows
+    to group them by key)."""
+    from pyspark.sql import functions as F
+
+    keys = table.key_columns
+    data = [c for c in table.column_names if c not in keys]
+    return effects_df.select(
+        *keys, *data, F.col("_e_src").alias("_cf_src"), F.col("_e_scn").alias("_cf_scn"),
+        F.col("_e_pos").alias("_cf_pos"),
+        F.when(F.col("_e_kind") == "D", "D").otherwise("W").alias("_cf_op"),
+        F.lit(tag).cast("binary").alias("_cf_tag"))

@@ -67,6 +67,7 @@ class TablePlan:
     skipped: int = 0
     folded: list[dict[str, Any]] = field(default_factory=list)
     keys: DataFrame | None = None  # the changed keys (cached), when looked up
+    n_effects: int | None = None  # how many effects, when looked up
     published: dict[str, str] | None = None  # an earlier attempt's snapshot summary
     late_from: tuple[Any, ...] | None = None  # a DROP/RENAME COLUMN of the pass
     _checked: bool = False
@@ -94,7 +95,7 @@ class TablePlan:
             return
         # Materialised one after the other: the jobs that read them next (a broadcast of
         # the keys beside a join of the effects) would each compute them otherwise.
-        self.effects.count()
+        self.n_effects = self.effects.count()
         keys = self._cache(self.effects.select(*self.table.key_columns).distinct())
         self.keys = keys
         needed = self.compare + [h.resolution_column for h in self.handlers
@@ -193,9 +194,19 @@ class TablePlan:
             schema = out.schema
             rows = [tuple(r.get(c) for c in cols) for r in folded]
             out = out.unionByName(self.spark.createDataFrame(rows, schema))
-        self._images = self._cache(images.final_images(
-            out, self.table, tag, partial=self.partial or self.folded_partial))
+        partial = self.partial or self.folded_partial
+        if not partial and self._one_per_key():  # the fold gives a key one image or none
+            self._images = self._cache(images.single_images(out, self.table, tag))
+        else:
+            self._images = self._cache(images.final_images(out, self.table, tag,
+                                                           partial=partial))
         return self._images
+
+    def _one_per_key(self) -> bool:
+        """Whether every changed key has exactly one effect (known once looked up: the
+        distinct keys are as many as the effects)."""
+        return self.n_effects is not None and self.keys is not None \
+            and self.keys.count() == self.n_effects
 
     def expected(self) -> pa.Table:
         """Per changed key (Arrow, on the driver): whether it existed before (``before``)

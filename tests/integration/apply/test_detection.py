@@ -92,3 +92,22 @@ def test_troubled_keys_are_the_keys_detection_sends_to_the_fold(spark: Any) -> N
     fold = conflicts.by_keys(eff, troubled, ["id"], "left_semi")
     assert sorted(r._e_pos for r in fold.collect()) == [2, 3, 4, 5, 8, 9]
     eff.unpersist()
+
+
+def test_single_images_are_the_final_images_of_one_effect_per_key(spark: Any) -> None:
+    lcrs = [
+        row("INSERT", new=vals(id=1, name="a", sal=Decimal(10)), pos=1),
+        row("UPDATE", old=vals(id=2, name="b"), new=vals(id=2, name="b2", sal=Decimal(3)),
+            pos=2),
+        row("DELETE", old=vals(id=3, name="c"), pos=3),
+        row("UPDATE", old=vals(id=4, name="d"), new=vals(id=5, name="e", sal=Decimal(7)),
+            pos=4),  # a moved key: D on 4, I on 5
+    ]
+    eff = images.effects(_changes(spark, lcrs), TABLE, ["name"], partial=False)
+    tag = bytes.fromhex("ab12")
+    grouped = images.final_images(eff, TABLE, tag, partial=False)
+    single = images.single_images(eff, TABLE, tag)
+    assert single.columns == grouped.columns
+    got = sorted(tuple(r) for r in single.collect())
+    assert got == sorted(tuple(r) for r in grouped.collect())
+    assert [(r[0], r[6]) for r in got] == [(1, "W"), (2, "W"), (3, "D"), (4, "D"), (5, "W")]
