@@ -39,7 +39,7 @@ from changeflow.targets.catalog import IcebergTargets, TargetTable
 
 if TYPE_CHECKING:
     import pyarrow as pa
-    from pyspark.sql import SparkSession
+    from pyspark.sql import DataFrame, SparkSession
 
 
 @dataclass
@@ -52,12 +52,15 @@ class TargetWrite:
         expected: per changed key (Arrow), ``before`` and ``present`` (after this apply,
             as the applied LCRs say); None to skip the row and count checks.
         published: an earlier attempt of the pass published it (checked then).
+        changed: the changed keys as a (cached) Spark frame, when the pass has one (else
+            the check makes one of ``expected``'s keys).
     """
 
     table: TargetTable
     staged: tcommit.Staged
     expected: pa.Table | None = None
     published: bool = False
+    changed: DataFrame | None = None
 
     @property
     def checks_rows(self) -> bool:
@@ -80,7 +83,8 @@ def key_facts(spark: SparkSession, targets: IcebergTargets, w: TargetWrite) -> p
     keys = w.table.key_columns
     assert w.expected is not None
     expected = w.expected
-    changed = spark.createDataFrame(expected.select(keys))
+    changed = w.changed if w.changed is not None else spark.createDataFrame(
+        expected.select(keys))
     branch = tcommit.read_branch(spark, targets, w.staged).select(*keys)
     after = branch.join(F.broadcast(changed), keys, "left_semi") \
         .groupBy(*keys).agg(F.count(F.lit(1)).alias("_n")).toArrow()

@@ -196,7 +196,9 @@ def publish(spark: SparkSession, targets: IcebergTargets, staged: Staged, *,
         TargetError: the table was dropped behind the apply's back.
     """
     name = staged.table.name
-    sql = (f"CALL {q(targets.name)}.system.fast_forward(table => '{name}', "
+    # the table named with its catalog: a bare name is first tried as a catalog's name,
+    # which Iceberg logs with a stack trace on every call
+    sql = (f"CALL {q(targets.name)}.system.fast_forward(table => '{targets.ident(name)}', "
            f"branch => 'main', to => '{staged.branch}')")
     for attempt in range(tries):
         try:

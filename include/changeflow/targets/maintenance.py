@@ -70,7 +70,7 @@ def maintain(spark: SparkSession, targets: IcebergTargets, table: str,
     if why is not None:
         started = time.monotonic()
         row = spark.sql(
-            f"CALL {proc}.rewrite_data_files(table => '{table}', options => map("
+            f"CALL {proc}.rewrite_data_files(table => '{targets.ident(table)}', options => map("
             "'delete-file-threshold', '1', 'remove-dangling-deletes', 'true'))").first()
         done["rewrite_data_files"] = {"why": why, "seconds": time.monotonic() - started,
                                       **(row.asDict() if row is not None else {})}
@@ -80,8 +80,9 @@ def maintain(spark: SparkSession, targets: IcebergTargets, table: str,
     limit = dt.datetime.now(dt.UTC) - dt.timedelta(hours=policy.expire_after_hours)
     if oldest is not None and oldest < limit:
         stamp = limit.strftime("%Y-%m-%d %H:%M:%S.%f")
-        row = spark.sql(f"CALL {proc}.expire_snapshots(table => '{table}', older_than => "
-                        f"TIMESTAMP '{stamp}', retain_last => {policy.retain_last})").first()
+        row = spark.sql(f"CALL {proc}.expire_snapshots(table => '{targets.ident(table)}', "
+                        f"older_than => TIMESTAMP '{stamp}', "
+                        f"retain_last => {policy.retain_last})").first()
         done["expire_snapshots"] = row.asDict() if row is not None else {}
     return done
 
