@@ -119,9 +119,13 @@ def check_columns(handler: ConflictHandlerSpec, table_columns: list[str] | None)
 
 # -- detection ---------------------------------------------------------------------------
 def detect(eff: DataFrame, current: DataFrame | None, table: TargetTable,
-           compare: list[str], *, detect_conflicts: bool) -> DataFrame:
+           compare: list[str], *, detect_conflicts: bool, single: bool = False) -> DataFrame:
     """Effects with ``_x_skip`` (replay or superseded), ``_x_conflict`` (uniqueness,
-    delete, update or NULL) and ``_x_bad`` (the key needs the exact fold)."""
+    delete, update or NULL) and ``_x_bad`` (the key needs the exact fold).
+
+    With ``single`` (every key has one effect), each effect is its key's first: the
+    same checks without the windows over the key's effects (no sort of the effects).
+    """
     from pyspark.sql import Window
     from pyspark.sql import functions as F
 
@@ -140,9 +144,9 @@ def detect(eff: DataFrame, current: DataFrame | None, table: TargetTable,
     else:
         df = eff.join(current, keys, "left")
     w = Window.partitionBy(*keys).orderBy(*[F.col(c) for c in ORDER])
-    first = F.row_number().over(w) == 1
+    first = F.lit(True) if single else F.row_number().over(w) == 1
     kind = F.col("_e_kind")
-    prev_kind = F.lag(kind).over(w)
+    prev_kind = F.lit(None).cast("string") if single else F.lag(kind).over(w)
     found = F.col("_c_scn").isNotNull()
     same_src = found & (F.col("_c_src") == F.col("_e_src"))
     replay = first & same_src & (F.col("_c_scn") == F.col("_e_scn")) & (
@@ -155,9 +159,12 @@ def detect(eff: DataFrame, current: DataFrame | None, table: TargetTable,
     if detect_conflicts:
         differs = F.lit(False)
         for c in compare:
-            prior = F.when(first, F.col(f"_c_{c}")).otherwise(F.lag(F.col(c)).over(w))
-            known = first | ((prev_kind != "D") & ~F.coalesce(
-                F.array_contains(F.lag("_e_absent").over(w), c), F.lit(False)))
+            if single:
+                prior, known = F.col(f"_c_{c}"), F.lit(True)
+            else:
+                prior = F.when(first, F.col(f"_c_{c}")).otherwise(F.lag(F.col(c)).over(w))
+                known = first | ((prev_kind != "D") & ~F.coalesce(
+                    F.array_contains(F.lag("_e_absent").over(w), c), F.lit(False)))
             differs = differs | (F.col(f"_h_{c}") & known & ~F.col(f"_o_{c}").eqNullSafe(prior))
         conflict = (F.when(null_key, "null_key")
                     .when((kind == "I") & exists, "uniqueness")
@@ -167,6 +174,8 @@ def detect(eff: DataFrame, current: DataFrame | None, table: TargetTable,
         conflict = F.when(null_key, "null_key")
     skip = replay | superseded
     df = df.withColumn("_x_skip", skip).withColumn("_x_conflict", conflict)
+    if single:  # the key's only effect: bad when it conflicts
+        return df.withColumn("_x_bad", F.col("_x_conflict").isNotNull())
     by_key = Window.partitionBy(*keys)
     n = F.count(F.lit(1)).over(by_key)
     trouble = F.max((F.col("_x_conflict").isNotNull() | (F.col("_x_skip") & (n > 1)))
@@ -185,7 +194,8 @@ def _null_key(keys: list[str]) -> Column:
 
 
 def troubled_keys(eff: DataFrame, current: DataFrame | None, table: TargetTable,
-                  compare: list[str], *, detect_conflicts: bool) -> DataFrame:
+                  compare: list[str], *, detect_conflicts: bool,
+                  single: bool = False) -> DataFrame:
     """The distinct keys whose effects do not all take the fast path.
 
     :func:`detect` over only the columns it reads (keys, run order, kind, absent
@@ -198,7 +208,8 @@ def troubled_keys(eff: DataFrame, current: DataFrame | None, table: TargetTable,
 
     olds = [x for c in compare for x in (c, f"_o_{c}", f"_h_{c}")]
     cols = dict.fromkeys([*table.key_columns, *ORDER, "_e_kind", "_e_absent", *olds])
-    det = detect(eff.select(*cols), current, table, compare, detect_conflicts=detect_conflicts)
+    det = detect(eff.select(*cols), current, table, compare, detect_conflicts=detect_conflicts,
+                 single=single)
     return det.where(F.col("_x_bad") | F.col("_x_skip")).select(*table.key_columns).distinct()
 
 

@@ -74,6 +74,7 @@ class TablePlan:
     _troubled: DataFrame | None = None  # keys whose effects went to the fold, if any
     _images: DataFrame | None = None  # what the pass writes (cached), once asked for
     _located: pa.Table | None = None  # :meth:`located`, once collected
+    _single: bool | None = None  # :meth:`_one_per_key`, once counted
     _cached: list[DataFrame] = field(default_factory=list)
 
     def prepare(self, changes: DataFrame) -> None:
@@ -149,15 +150,16 @@ class TablePlan:
         keys = self.table.key_columns
         # Detection runs over narrow rows; only the troubled keys' effects (few, as a
         # rule) are detected again whole, for the fold.
+        single = self._one_per_key()
         troubled = conflicts.troubled_keys(eff, self.current, self.table, self.compare,
-                                           detect_conflicts=self.detect)
+                                           detect_conflicts=self.detect, single=single)
         found = troubled.toArrow()
         rows: list[dict[str, Any]] = []
         if found.num_rows:
             self._troubled = self.spark.createDataFrame(found, schema=troubled.schema)
             det = conflicts.detect(conflicts.by_keys(eff, self._troubled, keys, "left_semi"),
                                    self.current, self.table, self.compare,
-                                   detect_conflicts=self.detect)
+                                   detect_conflicts=self.detect, single=single)
             odd = det.where(F.col("_x_bad") | F.col("_x_skip"))
             rows = [r.asDict(recursive=True) for r in odd.collect()]
         bad = [r for r in rows if r["_x_bad"]]
@@ -205,8 +207,10 @@ class TablePlan:
     def _one_per_key(self) -> bool:
         """Whether every changed key has exactly one effect (known once looked up: the
         distinct keys are as many as the effects)."""
-        return self.n_effects is not None and self.keys is not None \
-            and self.keys.count() == self.n_effects
+        if self._single is None:
+            self._single = self.n_effects is not None and self.keys is not None \
+                and self.keys.count() == self.n_effects
+        return self._single
 
     def expected(self) -> pa.Table:
         """Per changed key (Arrow, on the driver): whether it existed before (``before``)

@@ -111,3 +111,36 @@ def test_single_images_are_the_final_images_of_one_effect_per_key(spark: Any) ->
     got = sorted(tuple(r) for r in single.collect())
     assert got == sorted(tuple(r) for r in grouped.collect())
     assert [(r[0], r[6]) for r in got] == [(1, "W"), (2, "W"), (3, "D"), (4, "D"), (5, "W")]
+
+
+def test_detection_of_one_effect_per_key_needs_no_window(spark: Any) -> None:
+    """With one effect per key, ``single`` detection finds what the windows find."""
+    src = "DBS1.EXAMPLE.COM"
+    lcrs = [
+        row("UPDATE", old=vals(id=1, name="a"), new=vals(id=1, name="a2"), pos=1),  # fine
+        row("UPDATE", old=vals(id=2, name="x"), new=vals(id=2, name="b2"), pos=2),  # differs
+        row("INSERT", new=vals(id=3, name="c"), pos=3),  # the key exists
+        row("UPDATE", old=vals(id=4, name="d"), new=vals(id=4, name="d2"), pos=4),  # replay
+        row("DELETE", old=vals(id=5, name="e"), pos=5),  # the key is missing
+        row("UPDATE", old=vals(id=6, name="f"), new=vals(id=6, name="f2"), pos=6),
+        row("UPDATE", old=vals(id=7, name="g"), new=vals(id=7, name="g2"), pos=1),  # older
+        row("INSERT", new=vals(id=8, name="h"), pos=8),  # a new key
+        row("INSERT", new=vals(id=None, name="n1"), pos=9),  # a NULL key
+    ]
+    eff = images.effects(_changes(spark, lcrs), TABLE, ["name"], partial=True).persist()
+    current = _current(spark, [(1, True, src, 1, 1, "a"), (2, True, src, 1, 2, "b"),
+                               (3, True, src, 1, 3, "c"), (4, True, src, 10, 4, "d2"),
+                               (6, True, src, 1, 6, "f"), (7, True, src, 11, 1, "g")])
+    cols = ["id", "_x_skip", "_x_conflict", "_x_bad"]
+    found = {}
+    for single in (False, True):
+        det = conflicts.detect(eff, current, TABLE, ["name"], detect_conflicts=True,
+                               single=single)
+        found[single] = sorted((tuple(r) for r in det.select(*cols).collect()), key=repr)
+    assert found[True] == found[False]
+    assert found[True] == sorted([
+        (1, False, None, False), (2, False, "update", True), (3, False, "uniqueness", True),
+        (4, True, "update", True), (5, False, "delete", True), (6, False, None, False),
+        (7, True, None, False), (8, False, None, False), (None, False, "null_key", True)],
+        key=repr)
+    eff.unpersist()
