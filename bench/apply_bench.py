@@ -7,23 +7,30 @@ UPDATE LCRs (small: 10,000) spread over the whole table, carrying the key and th
 value of the changed column, with the default configuration: rules on (a positive rule
 set), conflict detection on, quality checks on, maintenance on. Each apply is
 ``changeflow.apply.engine.apply_once``; the first of a process is *cold* (reported
-beside the warm figure), the figures compare warm with warm.
+beside the warm figure), the figures compare warm with warm: a pass runs a few dozen
+small Spark queries, whose generated code and JIT settle over its first applies (the
+second took 8.3 s, the eleventh 5.1 s), while the peers are measured late in the run with
+the JVM as warm as it gets. So the warm apply is the *median* of applies 2-12 that did no
+maintenance (the second apply is kept beside it), and each peer's warm figure is the
+median of its warm runs too.
 
-* ``apply.changes``: the second apply over a full rewrite of the same table by the same
+* ``apply.changes``: the warm apply over a full rewrite of the same table by the same
   engine (Spark: ``CREATE OR REPLACE TABLE ... USING iceberg ... AS SELECT``, same
-  partition spec and codec; the fastest of two warm rewrites). Target <= 0.2.
+  partition spec and codec; the fastest of three warm rewrites: two before the applies,
+  one after the peers). Target <= 0.2.
 * ``apply.repeated``: the mean of 10 consecutive applies, maintenance (Iceberg's
   ``rewrite_data_files`` when due) included, over the same rewrite. Target <= 0.25.
-* ``apply.vs_merge_into``: the second apply over Iceberg's own ``MERGE INTO`` of as many
+* ``apply.vs_merge_into``: the warm apply over Iceberg's own ``MERGE INTO`` of as many
   row images (read from Parquet) into a table of the same rows and properties
-  (``write.merge.mode=merge-on-read``), on the same Spark, warm (the second of two).
+  (``write.merge.mode=merge-on-read``), on the same Spark, warm (the median of the
+  second to fourth of four).
   Target <= 1.0.
 * ``apply.conflict_detection``: applies with detection on over detection off, medians
   of three each, interleaved. Target <= 1.3.
 * ``apply.vs_merge_cdc``: the same over the ``MERGE INTO`` a user of plain Iceberg
   writes for change rows (an operation column; the newest change per key by a window;
   delete, update or insert), on the same table after the image merges (reported).
-* ``apply.vs_deltalake``: the second apply over a delta-rs ``MERGE`` of as many rows
+* ``apply.vs_deltalake``: the warm apply over a delta-rs ``MERGE`` of as many rows
   into a Delta table of the same rows (another engine and format: reported).
 * ``apply.read_after_applies``: a full scan (Spark ``count``/``sum``) after the 10
   applies over the same scan after Iceberg's maintenance (reported), and DuckDB
@@ -249,11 +256,20 @@ def run(spark: SparkSession, size: str = "small") -> list[dict[str, Any]]:
         reads_after = peers.reads(spark, targets, TABLE, maintained=True)
         merge = peers.merge_into(spark, targets, root, n_rows, n_changes)
         delta = peers.deltalake(spark, root, n_rows, n_changes)
+        rewrites.append(rewrite(spark, targets, TABLE))  # as warm as the peers
     figures = {"target_rows": n_rows, "changes": n_changes, "target_columns": 12,
                "buckets": BUCKETS, "load_seconds": round(load, 2),
                "rewrite_runs": [round(x, 3) for x in rewrites]}
     return results(figures, rewrites, cold, warm, repeated, on, off, merge, delta,
                    reads, reads_after, apply.profile)
+
+
+def steady(profile: list[dict[str, Any]]) -> float:
+    """The warm apply: the median of applies 2-12 (``apply`` "a") that did no
+    maintenance (its step under a second: the policy's check only)."""
+    runs = [p["seconds"] for p in profile if p["apply"] == "a" and 2 <= p["run"] <= 12
+            and (p["steps"].get("maintenance") or 0.0) < 1.0]
+    return statistics.median(runs)
 
 
 def results(figures: dict[str, Any], rewrites: list[float], cold: float, warm: float,
@@ -263,11 +279,15 @@ def results(figures: dict[str, Any], rewrites: list[float], cold: float, warm: f
     """The suite's entries from its measurements."""
     base = min(rewrites[1:])
     what = ("full rewrite of the same table by the same engine: Spark CREATE OR REPLACE "
-            "TABLE ... USING iceberg AS SELECT (fastest of two warm runs)")
+            "TABLE ... USING iceberg AS SELECT (fastest of three warm runs)")
+    second, warm = warm, steady(profile)
     out = [
         entry("apply.changes", value=warm, unit="s", baseline=what, baseline_value=base,
               target=0.2, direction="<=", headline=True, figures={
-                  **figures, "cold_apply_seconds": round(cold, 3),
+                  **figures, "warm": "median of applies 2-12 without maintenance",
+                  "second_apply_seconds": round(second, 3),
+                  "second_ratio": round(second / base, 3),
+                  "cold_apply_seconds": round(cold, 3),
                   "cold_rewrite_seconds": round(rewrites[0], 3),
                   "cold_ratio": round(cold / rewrites[0], 3), "profile": profile}),
         entry("apply.repeated", value=statistics.mean(repeated), unit="s", baseline=what,
@@ -287,7 +307,7 @@ def results(figures: dict[str, Any], rewrites: list[float], cold: float, warm: f
             "apply.vs_merge_into", value=warm, unit="s", baseline_value=merge["seconds"],
             baseline="Iceberg's own MERGE INTO ... WHEN MATCHED UPDATE SET * WHEN NOT MATCHED "
                      "INSERT * (write.merge.mode=merge-on-read) of as many row images read "
-                     "from Parquet, same Spark, warm (second of two)",
+                     "from Parquet, same Spark, warm (median of runs 2-4 of 4)",
             target=1.0, direction="<=", headline=True, figures=merge))
     if merge.get("cdc_seconds"):
         out.append(entry(
@@ -295,7 +315,7 @@ def results(figures: dict[str, Any], rewrites: list[float], cold: float, warm: f
             baseline="the MERGE INTO a user of plain Iceberg writes for as many change rows "
                      "(flattened, an operation column): the newest per key by a window, then "
                      "WHEN MATCHED AND op = 'd' DELETE / UPDATE SET / WHEN NOT MATCHED INSERT; "
-                     "same Spark, warm (second of two)",
+                     "same Spark, warm (median of runs 2-3 of 3)",
             figures={"runs": merge.get("cdc_runs")}))
     out.append(entry(
         "apply.conflict_detection", value=statistics.median(on), unit="s",
