@@ -97,8 +97,11 @@ def write(spark: SparkSession, targets: IcebergTargets, table: TargetTable, bran
     jt = targets.java_table(spark, table.name)
     added = jt.snapshot(jt.refs().get(scratch).snapshotId())
     files = []
-    if added.snapshotId() != base:
-        it = added.addedDataFiles(jt.io()).iterator()
+    if added.snapshotId() != base:  # the table's specs: not read again from each manifest
+        jvm = spark.sparkContext._jvm  # noqa: SLF001
+        assert jvm is not None
+        it = jvm.org.apache.iceberg.SnapshotChanges.builderFor(jt).snapshot(added).build() \
+            .addedDataFiles().iterator()
         while it.hasNext():
             files.append(it.next())
     delta = jt.newRowDelta().toBranch(branch).validateFromSnapshot(base)
