@@ -46,6 +46,7 @@ SUITES = [
     ("scaling", "bench.scaling_bench", "pg", True),
     ("kafka", "bench.kafka_bench", "pg", True),
     ("cluster", "bench.cluster_bench", "rows", True),
+    ("startup", "bench.startup", "rows", False),
 ]
 
 

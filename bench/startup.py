@@ -60,3 +60,34 @@ def warm_gx() -> None:
     validator.context()
     validator.pandas_source()
     validator.build_suite("lcr_batch")
+
+
+def run(spark: object, size: object = None) -> list[dict]:
+    """The ``startup`` suite: a Spark session's start from the class archive ``make
+    setup`` made (``jars/cds/session.jsa``, :func:`changeflow.jvm.cds_options`) against
+    the same start without it (``CHANGEFLOW_CDS=off``); fresh child processes,
+    interleaved, medians of three. Reported (no target)."""
+    import statistics
+
+    from bench.results import entry, skipped
+    from changeflow.jvm import cds_archive
+
+    what = ("the same start without the class archive (CHANGEFLOW_CDS=off): fresh "
+            "processes, interleaved, medians of three")
+    archive = cds_archive("session")
+    if not archive.is_file():
+        return [skipped("startup.spark_session", f"no class archive at {archive} "
+                        "(make setup makes it)", unit="s", baseline=what, target=None,
+                        direction=None)]
+    on: list[float] = []
+    off: list[float] = []
+    for _ in range(3):
+        on.append(_child(SPARK, CHANGEFLOW_DRIVER_MEMORY="2g", CHANGEFLOW_CDS="on"))
+        off.append(_child(SPARK, CHANGEFLOW_DRIVER_MEMORY="2g", CHANGEFLOW_CDS="off"))
+    return [entry("startup.spark_session", value=statistics.median(on), unit="s",
+                  baseline=what, baseline_value=statistics.median(off), figures={
+                      "with_archive": [round(x, 3) for x in on],
+                      "without_archive": [round(x, 3) for x in off],
+                      "archive_mib": archive.stat().st_size // 2**20,
+                      "what": "import changeflow, start a local session (2g), run a "
+                              "first job (range(1).count()), in a fresh process"})]

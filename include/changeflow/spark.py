@@ -10,7 +10,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from changeflow.jvm import ICEBERG_EXTENSIONS
+from changeflow.jvm import ICEBERG_EXTENSIONS, cds_options, spark_jars_csv
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -69,8 +69,6 @@ def get_session(app_name: str = "changeflow", *, master: str | None = None,
     )
     builder = _with_storage(builder)
     if "spark.jars" not in _conf():  # spark-submit passes them with --jars
-        from changeflow.jvm import spark_jars_csv
-
         builder = builder.config("spark.jars", spark_jars_csv())
     java_options = _conf().get("spark.driver.extraJavaOptions")
     # Quiet applies only to a JVM this call starts: a session that already runs (the
@@ -79,7 +77,9 @@ def get_session(app_name: str = "changeflow", *, master: str | None = None,
     # The heap starts at its full size: grown from the JVM's default (1/64 of the
     # machine's memory) it is collected far more often while a job warms up (a Debezium
     # capture's first run: 45 collections, 1.56 s, against 15 and 0.57 s).
-    options = f"{JIT_OPTIONS} -Xms{memory}"
+    # CHANGEFLOW_JAVA_OPTIONS: more options for a JVM this call starts (after ours).
+    options = " ".join(o for o in (JIT_OPTIONS, f"-Xms{memory}", cds_options("session"),
+                                   os.environ.get("CHANGEFLOW_JAVA_OPTIONS", "")) if o)
     if quiet:
         builder = builder.config("spark.ui.showConsoleProgress", "false")
         if not java_options:

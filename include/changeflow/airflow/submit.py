@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from changeflow.jvm import ICEBERG_EXTENSIONS
+from changeflow.jvm import CDS_FLAGS, ICEBERG_EXTENSIONS, cds_archive
 
 DEFAULT_CONF: dict[str, str] = {
     "spark.sql.session.timeZone": "UTC",
@@ -75,12 +75,19 @@ def operator_kwargs(spec: SparkJobSpec) -> dict[str, Any]:
     # reached from Python (py4j sees the driver's system class loader, not --jars').
     jars = {"jars": f"{spec.jars_dir.rstrip('/')}/*.jar",
             "driver_class_path": f"{spec.jars_dir.rstrip('/')}/*"} if spec.jars_dir else {}
+    conf = {**DEFAULT_CONF, **spec.conf}
+    if spec.jars_dir and "spark.driver.extraJavaOptions" not in spec.conf:
+        # The driver starts from the class archive `make setup` made for this class path
+        # (changeflow.jvm.cds_options); without one it starts as it would anyway.
+        conf["spark.driver.extraJavaOptions"] = (
+            f"{DEFAULT_CONF['spark.driver.extraJavaOptions']} -XX:SharedArchiveFile="
+            f"{cds_archive('submit', spec.jars_dir.rstrip('/'))} {CDS_FLAGS}")
     return {
         "application": application(spec),
         "application_args": ["--config", spec.config, "--name", spec.name],
         "conn_id": spec.conn_id,
         "name": f"changeflow-{spec.kind}-{spec.name}",
-        "conf": {**DEFAULT_CONF, **spec.conf},
+        "conf": conf,
         "driver_memory": spec.driver_memory,
         "verbose": False,
         **jars,

@@ -54,7 +54,9 @@ def test_hook_builds_the_exact_argv(monkeypatch: pytest.MonkeyPatch) -> None:
         "--conf", "spark.sql.session.timeZone=UTC",
         "--conf", "spark.sql.shuffle.partitions=4",
         "--conf", "spark.ui.enabled=false",
-        "--conf", "spark.driver.extraJavaOptions=-XX:-DontCompileHugeMethods",
+        "--conf", "spark.driver.extraJavaOptions=-XX:-DontCompileHugeMethods "
+                  "-XX:SharedArchiveFile=/repo/jars/cds/submit.jsa -Xshare:auto "
+                  "-Xlog:cds=off -Xlog:cds+dynamic=off",
         "--conf", "spark.executor.extraJavaOptions=-XX:-DontCompileHugeMethods",
         "--conf", "spark.sql.mapKeyDedupPolicy=LAST_WIN",
         "--conf", "spark.python.sql.dataFrameDebugging.enabled=false",

@@ -1,0 +1,92 @@
+"""Driver JVMs start from the class archives ``make setup`` made (scripts/cds_train.py).
+
+Each test starts a real driver JVM the way changeflow does (``get_session`` in a fresh
+Python process; spark-submit with the argv the DAG's operator builds) with the JVM's
+class-load log on, and reads where Spark's classes came from: the archive's classes are
+logged as ``source: shared objects file (top)``. With ``CHANGEFLOW_CDS=off`` (or no
+archive) they come from the jars: that is what the tests compare against.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+from unittest import mock
+
+import pytest
+
+from changeflow.jvm import cds_archive, jars_root
+
+pytestmark = [pytest.mark.slow]
+
+SPARK_CLASS = "org.apache.spark.sql.SparkSession "
+APP = """
+import sys
+sys.path.insert(0, {include!r})
+from changeflow.spark import get_session
+s = get_session("cds-test")
+assert s.range(5).count() == 5
+s.stop()
+"""
+
+
+def _source(log: Path, cls: str = SPARK_CLASS) -> str:
+    """Where the JVM loaded ``cls`` from (its class-load log line's ``source:``)."""
+    for line in log.read_text().splitlines():
+        if cls in line:
+            return line.split("source:", 1)[1].strip()
+    raise AssertionError(f"{cls.strip()} was never loaded (log {log})")
+
+
+def _app(tmp_path: Path) -> Path:
+    include = str(Path(__file__).resolve().parents[3] / "include")
+    app = tmp_path / "app.py"
+    app.write_text(APP.format(include=include))
+    return app
+
+
+@pytest.mark.parametrize("cds", ["on", "off"])
+def test_a_session_jvm_starts_from_its_archive(tmp_path: Path, cds: str) -> None:
+    assert cds_archive("session").is_file(), "make setup makes jars/cds/session.jsa"
+    log = tmp_path / "load.log"
+    env = {**os.environ, "CHANGEFLOW_JAVA_OPTIONS": f"-Xlog:class+load=info:file={log}",
+           "CHANGEFLOW_CDS": cds, "CHANGEFLOW_DRIVER_MEMORY": "1g"}
+    out = subprocess.run([sys.executable, str(_app(tmp_path))], env=env, timeout=300,
+                         capture_output=True, text=True, check=False)
+    assert out.returncode == 0, out.stderr[-2000:]
+    source = _source(log)
+    if cds == "on":
+        assert source == "shared objects file (top)"
+    else:
+        assert "shared objects file" not in source
+
+
+@pytest.mark.airflow
+def test_a_submitted_job_starts_from_its_archive(tmp_path: Path,
+                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+    """The spark-submit argv the DAG's operator builds (through the provider's hook)."""
+    from airflow.providers.apache.spark.hooks.spark_submit import SparkSubmitHook
+
+    from changeflow.airflow.submit import SparkJobSpec, operator_kwargs
+
+    assert cds_archive("submit").is_file(), "make setup makes jars/cds/submit.jsa"
+    monkeypatch.setenv("AIRFLOW_CONN_SPARK_DEFAULT",
+                       json.dumps({"conn_type": "spark", "host": "local[2]"}))
+    kw = operator_kwargs(SparkJobSpec("apply", "a1", "/c.yaml", "/jobs",
+                                      jars_dir=str(jars_root() / "spark")))
+    log = tmp_path / "load.log"
+    kw["conf"]["spark.driver.extraJavaOptions"] += f" -Xlog:class+load=info:file={log}"
+    kw.pop("application"), kw.pop("application_args")
+    with mock.patch("subprocess.Popen"):
+        argv = SparkSubmitHook(**kw)._build_spark_submit_command(str(_app(tmp_path)))
+    submit = Path(sys.executable).parent / "spark-submit"
+    argv[0] = str(submit) if submit.exists() else argv[0]
+    out = subprocess.run(argv, timeout=300, capture_output=True, text=True, check=False)
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert _source(log) == "shared objects file (top)"
+    # Iceberg's classes come from the driver's class path: the archive holds them too.
+    assert _source(log, "org.apache.iceberg.spark.extensions.IcebergSparkSessionExtensions ") \
+        == "shared objects file (top)"
