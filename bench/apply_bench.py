@@ -32,6 +32,10 @@ median of its warm runs too.
   delete, update or insert), on the same table after the image merges (reported).
 * ``apply.vs_deltalake``: the warm apply over a delta-rs ``MERGE`` of as many rows
   into a Delta table of the same rows (another engine and format: reported).
+* ``apply.one_shot_vs_merge_into``: what a scheduled job pays: a fresh process that
+  imports changeflow, starts a Spark session and applies one queued batch (as the DAG's
+  spark-submit task does) over a fresh process that starts a session and runs the
+  ``MERGE INTO`` of as many images; alternating, medians of two (reported).
 * ``apply.read_after_applies``: a full scan (Spark ``count``/``sum``) after the 10
   applies over the same scan after Iceberg's maintenance (reported), and DuckDB
   aggregating the table read by PyIceberg into Arrow, both states (reported).
@@ -257,11 +261,30 @@ def run(spark: SparkSession, size: str = "small") -> list[dict[str, Any]]:
         merge = peers.merge_into(spark, targets, root, n_rows, n_changes)
         delta = peers.deltalake(spark, root, n_rows, n_changes)
         rewrites.append(rewrite(spark, targets, TABLE))  # as warm as the peers
+        jobs = peers.one_shot(spark, cfg, root, TABLE, n_rows, n_changes, first_run=19)
     figures = {"target_rows": n_rows, "changes": n_changes, "target_columns": 12,
                "buckets": BUCKETS, "load_seconds": round(load, 2),
                "rewrite_runs": [round(x, 3) for x in rewrites]}
-    return results(figures, rewrites, cold, warm, repeated, on, off, merge, delta,
-                   reads, reads_after, apply.profile)
+    out = results(figures, rewrites, cold, warm, repeated, on, off, merge, delta,
+                  reads, reads_after, apply.profile)
+    return [*out, one_shot_entry(jobs)]
+
+
+def one_shot_entry(jobs: dict[str, Any]) -> dict[str, Any]:
+    """The one-shot apply job against a one-shot ``MERGE INTO`` job (reported)."""
+    from bench.results import skipped
+
+    what = ("a one-shot MERGE INTO job of as many row images (a fresh process: import, "
+            "Spark session, MERGE INTO; median of two, alternating with the apply's)")
+    if "skipped" in jobs:
+        return skipped("apply.one_shot_vs_merge_into", jobs["skipped"], unit="s",
+                       baseline=what, target=None, direction=None)
+    return entry("apply.one_shot_vs_merge_into", value=jobs["seconds"], unit="s",
+                 baseline=what, baseline_value=jobs["merge_seconds"], figures={
+                     **jobs, "what": "a fresh process imports changeflow, starts a Spark "
+                     "session (from its class archive) and applies one queued batch of the "
+                     "changes (what the DAG's spark-submit task does), quality and "
+                     "detection on; median of two"})
 
 
 def steady(profile: list[dict[str, Any]]) -> float:

@@ -194,3 +194,77 @@ def maintain_fully(spark: SparkSession, targets: Any, table: str) -> dict[str, A
 
     return maintain(spark, targets, table, MaintenancePolicy(delete_ratio=1e-9,
                                                              files_per_bucket=1))
+
+
+APPLY_JOB = """
+import time
+t = time.perf_counter()
+from pathlib import Path
+from changeflow.apply.engine import apply_once
+from changeflow.clients import rule_filter
+from changeflow.config import load_config
+from changeflow.spark import get_session
+spark = get_session("bench-one-shot-apply")
+cfg = load_config(Path({root!r}) / "pipeline.yaml")
+res = apply_once(spark, cfg, "a", rule_filter=rule_filter(cfg, "apply", "a"))
+assert res.tables == {{{table!r}: {n}}} and not res.errors, res
+print(time.perf_counter() - t)
+"""
+MERGE_JOB = """
+import time
+t = time.perf_counter()
+from pathlib import Path
+from changeflow.apply.engine import targets_of
+from changeflow.config import load_config
+from changeflow.spark import get_session
+spark = get_session("bench-one-shot-merge")
+cfg = load_config(Path({root!r}) / "pipeline.yaml")
+targets = targets_of(cfg, cfg.applies[0])
+targets.register(spark)
+spark.sql(f"MERGE INTO {{targets.ident({table!r})}} t USING (SELECT * FROM "
+          "parquet.`{path}`) s ON t.id = s.id WHEN MATCHED THEN UPDATE SET * "
+          "WHEN NOT MATCHED THEN INSERT *").collect()
+print(time.perf_counter() - t)
+"""
+
+
+def one_shot(spark: SparkSession, cfg: Any, root: Path, table: str, n_rows: int,
+             n_changes: int, first_run: int) -> dict[str, Any]:
+    """What a scheduled job pays: a fresh Python process that imports changeflow, starts
+    a Spark session and applies one queued batch (as the DAG's spark-submit task does),
+    against a fresh process that starts a session and runs Iceberg's ``MERGE INTO`` of
+    as many row images into the same table; alternating, two of each (their medians).
+    The batches are enqueued and the images written by this (warm) process beforehand;
+    each run changes keys of its own (no conflicts between them)."""
+    from pyspark.sql import functions as F
+
+    from bench import startup
+    from bench.apply_bench import changed_ids, changes, employees
+    from changeflow.queues import io as qio
+    from changeflow.sites import queue_site
+
+    rt, q = queue_site(cfg, cfg.component("apply", "a").queue)
+    applies: list[float] = []
+    merges: list[float] = []
+    try:
+        for i in range(2):
+            run = first_run + 2 * i
+            qio.enqueue(spark, rt.catalog, q, changes(spark, n_rows, n_changes, run),
+                        producer="bench")
+            applies.append(startup._child(APPLY_JOB.format(  # noqa: SLF001
+                root=str(root), table=table, n=n_changes)))
+            path = str(root / f"one-shot-src-{run + 1}")
+            changed_ids(spark, n_rows, n_changes, run + 1).select(
+                *employees(F.col("id"), f"o{run + 1}-"),
+                F.lit("DBS1.EXAMPLE.COM").alias("_cf_src"),
+                F.lit(1000 + run + 1).cast("bigint").alias("_cf_scn"),
+                F.col("id").alias("_cf_pos"), F.lit(None).cast("binary").alias("_cf_tag")) \
+                .write.parquet(path)
+            merges.append(startup._child(MERGE_JOB.format(  # noqa: SLF001
+                root=str(root), table=table, path=path)))
+    except Exception as exc:  # noqa: BLE001  (a failed measurement is reported with its reason)
+        return {"skipped": f"one-shot jobs failed: {type(exc).__name__}: {exc}"[:500]}
+    return {"seconds": statistics.median(applies), "merge_seconds": statistics.median(merges),
+            "apply_runs": [round(x, 3) for x in applies],
+            "merge_runs": [round(x, 3) for x in merges]}
+
