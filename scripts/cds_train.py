@@ -47,8 +47,8 @@ def workload() -> None:
 
 def train(kind: str) -> bool:
     """Make one archive; whether it was made."""
-    from changeflow.airflow.submit import DEFAULT_CONF
-    from changeflow.jvm import cds_archive, jars, jars_root
+    from changeflow.airflow.submit import DEFAULT_CONF, SparkJobSpec, operator_kwargs
+    from changeflow.jvm import cds_archive, jars_root
 
     final = cds_archive(kind)
     final.parent.mkdir(parents=True, exist_ok=True)
@@ -60,14 +60,15 @@ def train(kind: str) -> bool:
     if kind == "session":
         env["CHANGEFLOW_JAVA_OPTIONS"] = dump
         cmd = [sys.executable, *me]
-    else:
+    else:  # what the DAG's operator passes (the class path must be the same), dumping
+        kw = operator_kwargs(SparkJobSpec("apply", "cds", "-", "-",
+                                          jars_dir=str(jars_root() / "spark")))
+        conf = {**kw["conf"], "spark.driver.extraJavaOptions":
+                f"{DEFAULT_CONF['spark.driver.extraJavaOptions']} {dump}"}
         submit = shutil.which("spark-submit", path=str(Path(sys.executable).parent)) \
             or "spark-submit"
-        folder = jars_root() / "spark"
-        conf = {**DEFAULT_CONF, "spark.driver.extraJavaOptions":
-                f"{DEFAULT_CONF['spark.driver.extraJavaOptions']} {dump}"}
-        cmd = [submit, "--master", "local[2]", "--driver-memory", "2g",
-               "--jars", ",".join(jars("spark")), "--driver-class-path", f"{folder}/*",
+        cmd = [submit, "--master", "local[2]", "--driver-memory", kw["driver_memory"],
+               "--jars", kw["jars"], "--driver-class-path", kw["driver_class_path"],
                *[a for k, v in conf.items() for a in ("--conf", f"{k}={v}")], *me]
     started = time.monotonic()
     out = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=900,
@@ -87,6 +88,8 @@ if __name__ == "__main__":
     if sys.argv[1:] == ["--workload"]:
         workload()
     else:
-        for k in sys.argv[1:] or ["session", "submit"]:
+        from changeflow.jvm import CDS_KINDS
+
+        for k in sys.argv[1:] or CDS_KINDS:
             train(k)
         sys.exit(0)  # best effort: a JVM without an archive still works
