@@ -1,15 +1,27 @@
 """Keeping target tables cheap to read: Iceberg's own maintenance procedures.
 
 An apply writes merge-on-read: new rows, and delete files naming the rows they replace.
-Reads pay for the delete files and for many small data files, so after a run the apply
-maintains each table it wrote (:func:`maintain`), with Iceberg's procedures, when the
-table's current snapshot says it has grown past the policy (the cost is amortised over
-the applies that caused it, not paid by each):
+Reads pay for deleted rows still in data files, for many small data files and for many
+delete files, so after a run the apply maintains each table it wrote (:func:`maintain`)
+with Iceberg's procedures, when the table says it has grown past the policy. The cost
+follows the changes: only the files that need it are rewritten, and a table whose
+changes concentrate on a few files has those few rewritten, not the whole table.
 
-* ``rewrite_data_files`` when deleted rows exceed ``delete_ratio`` of the table's
-  records, or data files number more than ``files_per_bucket`` per bucket: data files
-  with deletes are rewritten without the deleted rows (and the delete files that then
-  apply to nothing are removed), small files are merged;
+* ``rewrite_data_files`` (bin-pack) when data files number more than
+  ``files_per_bucket`` per bucket, or some data file has more than ``delete_ratio`` of
+  its rows deleted. It rewrites, without their deleted rows:
+
+  - the *small* files: smaller than a bucket's share of the table divided by
+    ``files_per_bucket`` (:func:`small_file_bytes`), two or more in a bucket: the files
+    the applies added, merged into one per bucket;
+  - the files whose own deleted share reaches ``delete_ratio`` (Iceberg's
+    ``delete-ratio-threshold``);
+
+  and removes the delete files that then apply to nothing. Large files with few
+  deleted rows are left as they are.
+* ``rewrite_position_delete_files`` (format version 2) when a data file has more than
+  ``files_per_bucket`` delete files (each apply adds one to each data file it changes):
+  the delete files are merged, and a reader opens one or few per data file again.
 * ``expire_snapshots`` of snapshots older than ``expire_after_hours`` (keeping the last
   ``retain_last``): time travel reaches back that far, and the files only they
   reference are deleted.
@@ -20,6 +32,7 @@ from __future__ import annotations
 import datetime as dt
 import logging
 import time
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from changeflow.targets.catalog import IcebergTargets
@@ -30,10 +43,18 @@ if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
 log = logging.getLogger(__name__)
+#: Iceberg's default ``write.target-file-size-bytes`` (512 MiB)
+TARGET_FILE_SIZE = 512 * 1024 * 1024
 
 
-def due(summary: dict[str, str], buckets: int, policy: MaintenancePolicy) -> str | None:
-    """Why a table's data files should be rewritten now (None: not yet).
+def due(summary: dict[str, str], buckets: int, policy: MaintenancePolicy,
+        target: int = TARGET_FILE_SIZE) -> str | None:
+    """Why a table's data files should be rewritten, as its snapshot summary tells
+    (None: the summary alone does not tell; see :func:`hot_files`).
+
+    Data files count as too many past ``files_per_bucket`` per bucket more than the
+    files of the target size the table's bytes fill (a large table's full-size files
+    are not a reason to rewrite).
 
     >>> p = MaintenancePolicy()
     >>> due({"total-records": "1000", "total-position-deletes": "50",
@@ -42,21 +63,98 @@ def due(summary: dict[str, str], buckets: int, policy: MaintenancePolicy) -> str
     >>> due({"total-records": "1000", "total-position-deletes": "150",
     ...      "total-data-files": "16"}, 16, p)
     'deleted rows 150 of 1000 records (> 0.1)'
+    >>> due({"total-records": "1000", "total-data-files": "200"}, 16, p)
+    '200 data files (> 8 per bucket of 16)'
+    >>> due({"total-records": "1000", "total-data-files": "200",
+    ...      "total-files-size": str(100 * 2**29)}, 16, p) is None
+    True
     """
+    records, deletes, files = _counts(summary)
+    if records and deletes > policy.delete_ratio * records:
+        return f"deleted rows {deletes} of {records} records (> {policy.delete_ratio})"
+    full = int(summary.get("total-files-size", 0)) // max(target, 1)
+    if files > policy.files_per_bucket * max(buckets, 1) + full:
+        more = f" and {full} files of the target size" if full else ""
+        return (f"{files} data files (> {policy.files_per_bucket} per bucket of "
+                f"{buckets}{more})")
+    return None
+
+
+def may_have_hot_files(summary: dict[str, str], policy: MaintenancePolicy) -> bool:
+    """Whether the table has deleted rows enough for a file of average size to be past
+    ``delete_ratio`` (then :func:`hot_files` looks at each file).
+
+    >>> p = MaintenancePolicy()
+    >>> may_have_hot_files({"total-records": "1000", "total-position-deletes": "9",
+    ...                     "total-data-files": "10"}, p)
+    False
+    >>> may_have_hot_files({"total-records": "1000", "total-position-deletes": "10",
+    ...                     "total-data-files": "10"}, p)
+    True
+    """
+    records, deletes, files = _counts(summary)
+    return bool(records and files and deletes >= policy.delete_ratio * records / files)
+
+
+def small_file_bytes(summary: dict[str, str], buckets: int, policy: MaintenancePolicy,
+                     target: int = TARGET_FILE_SIZE) -> int:
+    """The size under which a data file is small: a bucket's share of the table's bytes
+    divided by ``files_per_bucket`` (a bucket of more files than that has small ones),
+    and below Iceberg's own minimum (three quarters of the target file size).
+
+    >>> small_file_bytes({"total-files-size": "160000"}, 4, MaintenancePolicy())
+    5000
+    """
+    size = int(summary.get("total-files-size", 0))
+    share = size // (max(buckets, 1) * policy.files_per_bucket)
+    return max(1, min(share, int(target * 0.75)))
+
+
+def _counts(summary: dict[str, str]) -> tuple[int, int, int]:
     records = int(summary.get("total-records", 0))
     deletes = int(summary.get("total-position-deletes", 0)) + int(
         summary.get("total-equality-deletes", 0))
-    files = int(summary.get("total-data-files", 0))
-    if records and deletes > policy.delete_ratio * records:
-        return f"deleted rows {deletes} of {records} records (> {policy.delete_ratio})"
-    if files > policy.files_per_bucket * max(buckets, 1):
-        return f"{files} data files (> {policy.files_per_bucket} per bucket of {buckets})"
-    return None
+    return records, deletes, int(summary.get("total-data-files", 0))
+
+
+@dataclass
+class FileStats:
+    """What the table's current data files carry (:func:`file_stats`)."""
+
+    hot: int  # data files with ``ratio`` or more of their rows deleted
+    most_deletes: int  # the most delete files one data file has
+
+
+def file_stats(spark: SparkSession, jt: Any, ratio: float) -> FileStats:
+    """Per data file of the table's current snapshot: whether ``ratio`` or more of its
+    rows are deleted (as Iceberg's rewrite counts them: its file-scoped deletes), and
+    how many delete files a reader opens with it."""
+    jvm = spark.sparkContext._jvm  # noqa: SLF001
+    assert jvm is not None
+    scoped = jvm.org.apache.iceberg.util.ContentFileUtil.isFileScoped
+    tasks = jt.newScan().planFiles()
+    hot = most = 0
+    try:
+        it = tasks.iterator()
+        while it.hasNext():
+            task = it.next()
+            deletes = list(task.deletes())
+            if not deletes:
+                continue
+            most = max(most, len(deletes))
+            records = int(task.file().recordCount())
+            deleted = sum(int(d.recordCount()) for d in deletes if scoped(d))
+            if records and min(deleted, records) >= ratio * records:
+                hot += 1
+    finally:
+        tasks.close()
+    return FileStats(hot, most)
 
 
 def maintain(spark: SparkSession, targets: IcebergTargets, table: str,
              policy: MaintenancePolicy) -> dict[str, Any]:
-    """Maintain one table if its current snapshot says so; returns what was done."""
+    """Maintain one table if it is due (see the module docstring); returns what was done
+    (per procedure: why, seconds, and the procedure's own counts)."""
     done: dict[str, Any] = {}
     header = targets.get(spark, table) if policy.enabled else None
     if header is None:
@@ -65,26 +163,58 @@ def maintain(spark: SparkSession, targets: IcebergTargets, table: str,
     snap = jt.currentSnapshot() if jt is not None else None
     if snap is None:
         return done
-    why = due(dict(snap.summary()), header.buckets, policy)
-    proc = f"{q(targets.name)}.system"
+    summary = dict(snap.summary())
+    target = int(dict(jt.properties()).get("write.target-file-size-bytes", TARGET_FILE_SIZE))
+    proc, ident = f"{q(targets.name)}.system", targets.ident(table)
+    why = due(summary, header.buckets, policy, target)
+    stats: FileStats | None = None
+    if why is None and (may_have_hot_files(summary, policy)
+                        or _delete_files(summary) > policy.files_per_bucket):
+        stats = file_stats(spark, jt, policy.delete_ratio)
+        if stats.hot:
+            why = f"{stats.hot} data files with {policy.delete_ratio} or more of their rows deleted"
     if why is not None:
-        started = time.monotonic()
-        row = spark.sql(
-            f"CALL {proc}.rewrite_data_files(table => '{targets.ident(table)}', options => map("
-            "'delete-file-threshold', '1', 'remove-dangling-deletes', 'true'))").first()
-        done["rewrite_data_files"] = {"why": why, "seconds": time.monotonic() - started,
-                                      **(row.asDict() if row is not None else {})}
-        log.info("table %s: rewrote its data files (%s) in %.1f s", table, why,
-                 done["rewrite_data_files"]["seconds"])
+        small = small_file_bytes(summary, header.buckets, policy, target)
+        done["rewrite_data_files"] = _call(spark, why, (
+            f"CALL {proc}.rewrite_data_files(table => '{ident}', options => map("
+            f"'min-file-size-bytes', '{small}', 'min-input-files', '2', "
+            f"'delete-ratio-threshold', '{policy.delete_ratio}', "
+            "'remove-dangling-deletes', 'true'))"))
+        log.info("table %s: rewrote data files (%s): %s", table, why,
+                 done["rewrite_data_files"])
+        jt.refresh()
+        summary, stats = dict(jt.currentSnapshot().summary()), None
+    if int(jt.operations().current().formatVersion()) == 2 \
+            and _delete_files(summary) > policy.files_per_bucket:
+        stats = stats or file_stats(spark, jt, policy.delete_ratio)
+        if stats.most_deletes > policy.files_per_bucket:
+            why = (f"a data file with {stats.most_deletes} delete files (> "
+                   f"{policy.files_per_bucket})")
+            done["rewrite_position_delete_files"] = _call(spark, why, (
+                f"CALL {proc}.rewrite_position_delete_files(table => '{ident}', "
+                "options => map('min-input-files', '2'))"))
+            log.info("table %s: rewrote position delete files (%s): %s", table, why,
+                     done["rewrite_position_delete_files"])
     oldest = _oldest(jt)
     limit = dt.datetime.now(dt.UTC) - dt.timedelta(hours=policy.expire_after_hours)
     if oldest is not None and oldest < limit:
         stamp = limit.strftime("%Y-%m-%d %H:%M:%S.%f")
-        row = spark.sql(f"CALL {proc}.expire_snapshots(table => '{targets.ident(table)}', "
+        row = spark.sql(f"CALL {proc}.expire_snapshots(table => '{ident}', "
                         f"older_than => TIMESTAMP '{stamp}', "
                         f"retain_last => {policy.retain_last})").first()
         done["expire_snapshots"] = row.asDict() if row is not None else {}
     return done
+
+
+def _call(spark: SparkSession, why: str, sql: str) -> dict[str, Any]:
+    started = time.monotonic()
+    row = spark.sql(sql).first()
+    return {"why": why, "seconds": time.monotonic() - started,
+            **(row.asDict() if row is not None else {})}
+
+
+def _delete_files(summary: dict[str, str]) -> int:
+    return int(summary.get("total-delete-files", 0))
 
 
 def _oldest(jt: Any) -> dt.datetime | None:

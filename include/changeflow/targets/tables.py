@@ -27,6 +27,10 @@ PROPERTIES = {
     "write.merge.mode": "merge-on-read",
     "write.update.mode": "merge-on-read",
     "write.delete.mode": "merge-on-read",
+    # Spark's MERGE INTO and DELETE write one delete file per data file (as the apply's
+    # own row deltas do): a reader opens only the deletes of the files it reads, and
+    # maintenance knows each file's deleted share (targets.maintenance).
+    "write.delete.granularity": "file",
     "write.parquet.compression-codec": "zstd",
     "write.metadata.delete-after-commit.enabled": "true",
     "write.metadata.previous-versions-max": "50",

@@ -1,6 +1,6 @@
 """The apply suite's warm figure: the median of the warm applies without maintenance."""
 
-from bench.apply_bench import steady
+from bench.apply_bench import maintenance_per_apply, steady
 
 
 def _run(run: int, seconds: float, maintenance: float = 0.03, apply: str = "a") -> dict:
@@ -15,3 +15,10 @@ def test_steady_is_the_median_of_warm_applies_without_maintenance() -> None:
                _run(6, 5.0), _run(7, 5.5),
                _run(13, 1.0), _run(14, 1.0, apply="nodetect")]  # later suites: left out
     assert steady(profile) == 6.0
+
+
+def test_maintenance_per_apply_counts_every_apply_of_the_run() -> None:
+    profile = [_run(r, 5.0, maintenance=0.0) for r in range(1, 9)]
+    profile[3]["steps"]["maintenance"] = 12.0
+    profile[6]["steps"] = {}  # an apply that did not maintain at all
+    assert maintenance_per_apply(profile) == 1.5

@@ -1,0 +1,153 @@
+"""Maintenance of Iceberg targets follows the changes: only the files that need it are
+rewritten (small files, files with many of their rows deleted), and many delete files of
+a data file are merged, with Iceberg's own procedures on real tables."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from changeflow.apply.engine import apply_once, targets_of
+from changeflow.targets import tables
+from changeflow.targets.catalog import TargetTable
+from changeflow.targets.maintenance import maintain
+from changeflow.targets.policy import MaintenancePolicy
+
+from .conftest import row, table_rows, vals
+
+pytestmark = pytest.mark.spark
+
+APPLY = """
+applies:
+  - {name: ap, queue: strmadmin.apply_q@site2, buckets: 4,
+     iceberg: {maintenance: {enabled: false}}}
+"""
+COLUMNS = [("id", "INTEGER"), ("payload", "VARCHAR2")]
+NAME, EMP = "hr.big", "hr.emp"
+
+
+def _rows(spark: Any, lo: int, hi: int, tag: str) -> Any:
+    """Rows ``lo <= id < hi`` in the table's layout, with an incompressible payload (the
+    files' sizes follow their row counts)."""
+    from pyspark.sql import functions as F
+
+    ids = spark.range(lo, hi, 1, 1).select(F.col("id").cast("int").alias("id"))
+    payload = F.concat(*[F.sha2(F.concat(F.lit(f"{tag}{i}"), F.col("id").cast("string")), 256)
+                         for i in range(4)])
+    return ids.select("id", payload.alias("payload"), F.lit("S").alias("_cf_src"),
+                      F.lit(1).cast("bigint").alias("_cf_scn"),
+                      F.col("id").cast("bigint").alias("_cf_pos"),
+                      F.lit(None).cast("binary").alias("_cf_tag"))
+
+
+def _table(spark: Any, make_cfg: Any) -> Any:
+    cfg = make_cfg(APPLY)
+    targets = targets_of(cfg, cfg.applies[0])
+    targets.register(spark)
+    tables.create(spark, targets, TargetTable(NAME, ["id"], COLUMNS, 4))
+    _rows(spark, 0, 4000, "base").writeTo(targets.ident(NAME)).append()
+    return targets
+
+
+def _files(spark: Any, targets: Any) -> dict[str, int]:
+    """The table's data files and their live rows."""
+    rows = spark.sql(f"SELECT _file, count(*) FROM {targets.ident(NAME)} GROUP BY _file")
+    return {r[0]: int(r[1]) for r in rows.collect()}
+
+
+def _summary(spark: Any, targets: Any) -> dict[str, str]:
+    return dict(targets.java_table(spark, NAME).currentSnapshot().summary())
+
+
+def _content(spark: Any, targets: Any) -> list[tuple]:
+    return sorted(tuple(r) for r in spark.sql(
+        f"SELECT id, payload FROM {targets.ident(NAME)}").collect())
+
+
+def test_only_the_small_files_are_merged(spark, make_cfg) -> None:  # type: ignore[no-untyped-def]
+    targets = _table(spark, make_cfg)
+    base = set(_files(spark, targets))
+    for i in range(6):  # six applies of a few new rows: small files in every bucket
+        _rows(spark, 4000 + 8 * i, 4008 + 8 * i, "new").writeTo(targets.ident(NAME)).append()
+    before = _files(spark, targets)
+    small = set(before) - base
+    content = _content(spark, targets)
+    assert len(small) > 4 * 2  # more than two files per bucket: due
+    done = maintain(spark, targets, NAME, MaintenancePolicy(files_per_bucket=2))
+    rewrite = done["rewrite_data_files"]
+    assert "data files" in rewrite["why"]
+    assert rewrite["rewritten_data_files_count"] == len(small)
+    after = _files(spark, targets)
+    assert base <= set(after)  # the large files are left as they were
+    assert len(set(after) - base) <= 4  # the small ones: one per bucket at most
+    assert _content(spark, targets) == content
+    # nothing due any more
+    assert "rewrite_data_files" not in maintain(spark, targets, NAME,
+                                                MaintenancePolicy(files_per_bucket=2))
+
+
+def test_only_the_file_with_many_deleted_rows_is_rewritten(spark, make_cfg) -> None:  # type: ignore[no-untyped-def]
+    targets = _table(spark, make_cfg)
+    files = _files(spark, targets)
+    hot = max(files, key=files.get)  # type: ignore[arg-type]
+    ids = [r[0] for r in spark.sql(f"SELECT id FROM {targets.ident(NAME)} "
+                                   f"WHERE _file = '{hot}' ORDER BY id").collect()]
+    gone = ids[: len(ids) * 3 // 10]  # 30% of one file: under 10% of the table
+    gone += [r[0] for r in spark.sql(  # and one row of each other file
+        f"SELECT min(id) FROM {targets.ident(NAME)} WHERE _file <> '{hot}' GROUP BY _file"
+    ).collect()]
+    spark.sql(f"DELETE FROM {targets.ident(NAME)} WHERE id IN ({', '.join(map(str, gone))})")
+    summary = _summary(spark, targets)
+    assert int(summary["total-position-deletes"]) == len(gone)
+    assert len(gone) < 0.1 * int(summary["total-records"])
+    content = _content(spark, targets)
+    done = maintain(spark, targets, NAME, MaintenancePolicy(delete_ratio=0.1))
+    rewrite = done["rewrite_data_files"]
+    assert rewrite["why"].startswith("1 data files with 0.1 or more of their rows deleted")
+    assert rewrite["rewritten_data_files_count"] == 1
+    after = _files(spark, targets)
+    assert hot not in after and set(files) - {hot} <= set(after)
+    assert int(_summary(spark, targets)["total-position-deletes"]) == len(files) - 1
+    assert _content(spark, targets) == content
+
+
+def test_the_delete_files_an_apply_adds_to_a_data_file_are_merged(
+        spark, make_cfg, enqueue) -> None:  # type: ignore[no-untyped-def]
+    cfg = make_cfg(APPLY)
+    enqueue(cfg, [row("INSERT", new=vals(id=i, name=f"n{i}"), pos=i) for i in range(400)])
+    apply_once(spark, cfg, "ap")
+    targets = targets_of(cfg, cfg.applies[0])
+    base = {r[0] for r in spark.sql(f"SELECT DISTINCT _file FROM {targets.ident(EMP)}")
+            .collect()}
+    for run in range(3):  # each apply deletes rows of every base file: a delete file each
+        enqueue(cfg, [row("DELETE", old=vals(id=i), txn=f"d{run}", scn=100 + run, pos=i)
+                      for i in range(run * 40, run * 40 + 40)])
+        apply_once(spark, cfg, "ap")
+    jt = targets.java_table(spark, EMP)
+    deletes = _deletes_per_file(jt)
+    assert {deletes[f] for f in base} == {3}
+    content = table_rows(spark, cfg)
+    policy = MaintenancePolicy(files_per_bucket=2, delete_ratio=0.5)
+    done = maintain(spark, targets, EMP, policy)
+    assert "rewrite_data_files" not in done  # under half of the rows deleted: files stay
+    merged = done["rewrite_position_delete_files"]
+    assert merged["why"] == "a data file with 3 delete files (> 2)"
+    assert merged["rewritten_delete_files_count"] == 3 * len(base)
+    jt.refresh()
+    after = _deletes_per_file(jt)
+    assert set(after) == set(deletes) and {after[f] for f in base} == {1}
+    assert int(jt.currentSnapshot().summary().get("total-position-deletes")) == 120
+    assert table_rows(spark, cfg) == content
+    assert "rewrite_position_delete_files" not in maintain(spark, targets, EMP, policy)
+
+
+def _deletes_per_file(jt: Any) -> dict[str, int]:
+    out = {}
+    tasks = jt.newScan().planFiles()
+    it = tasks.iterator()
+    while it.hasNext():
+        task = it.next()
+        out[str(task.file().location())] = len(list(task.deletes()))
+    tasks.close()
+    return out
