@@ -3,25 +3,27 @@
 An apply writes merge-on-read: new rows, and delete files naming the rows they replace.
 Reads pay for deleted rows still in data files, for many small data files and for many
 delete files, so after a run the apply maintains each table it wrote (:func:`maintain`)
-with Iceberg's procedures, when the table says it has grown past the policy. The cost
-follows the changes: only the files that need it are rewritten, and a table whose
-changes concentrate on a few files has those few rewritten, not the whole table.
+with Iceberg's procedures, when the table's snapshot summary says it has grown past the
+policy (a look at the summary: nothing to pay while nothing is due). The cost follows
+the changes: only the files that need it are rewritten.
 
 * ``rewrite_data_files`` (bin-pack) when data files number more than
-  ``files_per_bucket`` per bucket, or some data file has more than ``delete_ratio`` of
-  its rows deleted. It rewrites, without their deleted rows:
+  ``files_per_bucket`` per bucket (beyond the full-size files the table's bytes fill),
+  or deleted rows more than ``delete_ratio`` of the table's records. It rewrites,
+  without their deleted rows:
 
   - the *small* files: smaller than a bucket's share of the table divided by
     ``files_per_bucket`` (:func:`small_file_bytes`), two or more in a bucket: the files
     the applies added, merged into one per bucket;
   - the files whose own deleted share reaches ``delete_ratio`` (Iceberg's
-    ``delete-ratio-threshold``);
+    ``delete-ratio-threshold``): where the changes concentrate, those files only;
 
   and removes the delete files that then apply to nothing. Large files with few
   deleted rows are left as they are.
-* ``rewrite_position_delete_files`` (format version 2) when a data file has more than
-  ``files_per_bucket`` delete files (each apply adds one to each data file it changes):
-  the delete files are merged, and a reader opens one or few per data file again.
+* ``rewrite_position_delete_files`` (format version 2) when there are more delete
+  files than data files: some data file has several (an apply keeps one per data file,
+  :mod:`.rowdelta`; tables written with partition-scoped deletes do not), and they are
+  merged.
 * ``expire_snapshots`` of snapshots older than ``expire_after_hours`` (keeping the last
   ``retain_last``): time travel reaches back that far, and the files only they
   reference are deleted.
@@ -32,7 +34,6 @@ from __future__ import annotations
 import datetime as dt
 import logging
 import time
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from changeflow.targets.catalog import IcebergTargets
@@ -50,7 +51,7 @@ TARGET_FILE_SIZE = 512 * 1024 * 1024
 def due(summary: dict[str, str], buckets: int, policy: MaintenancePolicy,
         target: int = TARGET_FILE_SIZE) -> str | None:
     """Why a table's data files should be rewritten, as its snapshot summary tells
-    (None: the summary alone does not tell; see :func:`hot_files`).
+    (None: not due).
 
     Data files count as too many past ``files_per_bucket`` per bucket more than the
     files of the target size the table's bytes fill (a large table's full-size files
@@ -80,22 +81,6 @@ def due(summary: dict[str, str], buckets: int, policy: MaintenancePolicy,
     return None
 
 
-def may_have_hot_files(summary: dict[str, str], policy: MaintenancePolicy) -> bool:
-    """Whether the table has deleted rows enough for a file of average size to be past
-    ``delete_ratio`` (then :func:`hot_files` looks at each file).
-
-    >>> p = MaintenancePolicy()
-    >>> may_have_hot_files({"total-records": "1000", "total-position-deletes": "9",
-    ...                     "total-data-files": "10"}, p)
-    False
-    >>> may_have_hot_files({"total-records": "1000", "total-position-deletes": "10",
-    ...                     "total-data-files": "10"}, p)
-    True
-    """
-    records, deletes, files = _counts(summary)
-    return bool(records and files and deletes >= policy.delete_ratio * records / files)
-
-
 def small_file_bytes(summary: dict[str, str], buckets: int, policy: MaintenancePolicy,
                      target: int = TARGET_FILE_SIZE) -> int:
     """The size under which a data file is small: a bucket's share of the table's bytes
@@ -117,40 +102,6 @@ def _counts(summary: dict[str, str]) -> tuple[int, int, int]:
     return records, deletes, int(summary.get("total-data-files", 0))
 
 
-@dataclass
-class FileStats:
-    """What the table's current data files carry (:func:`file_stats`)."""
-
-    hot: int  # data files with ``ratio`` or more of their rows deleted
-    most_deletes: int  # the most delete files one data file has
-
-
-def file_stats(spark: SparkSession, jt: Any, ratio: float) -> FileStats:
-    """Per data file of the table's current snapshot: whether ``ratio`` or more of its
-    rows are deleted (as Iceberg's rewrite counts them: its file-scoped deletes), and
-    how many delete files a reader opens with it."""
-    jvm = spark.sparkContext._jvm  # noqa: SLF001
-    assert jvm is not None
-    scoped = jvm.org.apache.iceberg.util.ContentFileUtil.isFileScoped
-    tasks = jt.newScan().planFiles()
-    hot = most = 0
-    try:
-        it = tasks.iterator()
-        while it.hasNext():
-            task = it.next()
-            deletes = list(task.deletes())
-            if not deletes:
-                continue
-            most = max(most, len(deletes))
-            records = int(task.file().recordCount())
-            deleted = sum(int(d.recordCount()) for d in deletes if scoped(d))
-            if records and min(deleted, records) >= ratio * records:
-                hot += 1
-    finally:
-        tasks.close()
-    return FileStats(hot, most)
-
-
 def maintain(spark: SparkSession, targets: IcebergTargets, table: str,
              policy: MaintenancePolicy) -> dict[str, Any]:
     """Maintain one table if it is due (see the module docstring); returns what was done
@@ -167,12 +118,6 @@ def maintain(spark: SparkSession, targets: IcebergTargets, table: str,
     target = int(dict(jt.properties()).get("write.target-file-size-bytes", TARGET_FILE_SIZE))
     proc, ident = f"{q(targets.name)}.system", targets.ident(table)
     why = due(summary, header.buckets, policy, target)
-    stats: FileStats | None = None
-    if why is None and (may_have_hot_files(summary, policy)
-                        or _delete_files(summary) > policy.files_per_bucket):
-        stats = file_stats(spark, jt, policy.delete_ratio)
-        if stats.hot:
-            why = f"{stats.hot} data files with {policy.delete_ratio} or more of their rows deleted"
     if why is not None:
         small = small_file_bytes(summary, header.buckets, policy, target)
         done["rewrite_data_files"] = _call(spark, why, (
@@ -183,18 +128,15 @@ def maintain(spark: SparkSession, targets: IcebergTargets, table: str,
         log.info("table %s: rewrote data files (%s): %s", table, why,
                  done["rewrite_data_files"])
         jt.refresh()
-        summary, stats = dict(jt.currentSnapshot().summary()), None
-    if int(jt.operations().current().formatVersion()) == 2 \
-            and _delete_files(summary) > policy.files_per_bucket:
-        stats = stats or file_stats(spark, jt, policy.delete_ratio)
-        if stats.most_deletes > policy.files_per_bucket:
-            why = (f"a data file with {stats.most_deletes} delete files (> "
-                   f"{policy.files_per_bucket})")
-            done["rewrite_position_delete_files"] = _call(spark, why, (
-                f"CALL {proc}.rewrite_position_delete_files(table => '{ident}', "
-                "options => map('min-input-files', '2'))"))
-            log.info("table %s: rewrote position delete files (%s): %s", table, why,
-                     done["rewrite_position_delete_files"])
+        summary = dict(jt.currentSnapshot().summary())
+    deletes, files = _delete_files(summary), int(summary.get("total-data-files", 0))
+    if deletes > files and int(jt.operations().current().formatVersion()) == 2:
+        why = f"{deletes} delete files for {files} data files"
+        done["rewrite_position_delete_files"] = _call(spark, why, (
+            f"CALL {proc}.rewrite_position_delete_files(table => '{ident}', "
+            "options => map('min-input-files', '2'))"))
+        log.info("table %s: rewrote position delete files (%s): %s", table, why,
+                 done["rewrite_position_delete_files"])
     oldest = _oldest(jt)
     limit = dt.datetime.now(dt.UTC) - dt.timedelta(hours=policy.expire_after_hours)
     if oldest is not None and oldest < limit:

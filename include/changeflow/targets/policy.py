@@ -7,9 +7,8 @@
         iceberg:
           format_version: 2            # 3: deletion vectors instead of position deletes
           maintenance:
-            delete_ratio: 0.1          # rewrite the data files past 10% deleted rows
-            files_per_bucket: 8        # merge small files past 8 per bucket, and a
-                                       # data file's delete files past 8
+            delete_ratio: 0.1          # rewrite the data files past 10% deleted rows ...
+            files_per_bucket: 8        # ... and the small files past 8 files per bucket
             expire_after_hours: 168    # time travel reaches back a week
             retain_last: 20            # and at least 20 snapshots
 """

@@ -12,7 +12,9 @@ rows lives. A ``MERGE INTO`` would scan the table again to find the same rows. I
 2. the located rows of every changed key are deleted by position: one Parquet position
    delete file per data file (Iceberg's file-scoped deletes, the layout Spark's
    merge-on-read writes), stored through the table's own ``FileIO`` in its data location
-   and partition;
+   and partition. As Spark's writer does with file-scoped deletes, the file also holds
+   the positions of the data file's earlier delete files, which the commit removes: a
+   reader opens one delete file per data file, however many applies changed it;
 3. both, the new data files and the delete files, are committed to the branch in one
    ``RowDelta``: one snapshot per pass and table, as a ``MERGE INTO`` makes.
 
@@ -144,7 +146,7 @@ def _add_deletes(spark: SparkSession, jt: Any, delta: Any, base: int, gone: pa.T
     rows = gone.select(["file_path", "pos"]).sort_by(
         [("file_path", "ascending"), ("pos", "ascending")]).cast(schema)
     paths = rows.column("file_path")
-    files = _data_files(jt, base, set(pc.unique(paths).to_pylist()))
+    files, previous = _data_files(spark, jt, base, set(pc.unique(paths).to_pylist()))
     fio, locations = jt.io(), jt.locationProvider()
     start, n = 0, rows.num_rows
     ends = pc.not_equal(paths.slice(1), paths.slice(0, n - 1)) if n > 1 else pa.array([])
@@ -152,6 +154,12 @@ def _add_deletes(spark: SparkSession, jt: Any, delta: Any, base: int, gone: pa.T
         part = rows.slice(start, end - start)
         path = part.column("file_path")[0].as_py()
         data_file = files[path]
+        earlier = previous.get(path, [])
+        if earlier:  # merged into this file, and removed by the commit
+            part = pa.concat_tables([part, *[_positions(fio, d, path, schema)
+                                             for d in earlier]]).sort_by("pos")
+            for d in earlier:
+                delta = delta.removeDeletes(d)
         spec = jt.specs().get(data_file.specId())
         buf = io.BytesIO()
         pq.write_table(part, buf, compression="zstd")
@@ -172,24 +180,52 @@ def _add_deletes(spark: SparkSession, jt: Any, delta: Any, base: int, gone: pa.T
     return delta
 
 
-def _data_files(jt: Any, snapshot: int | None, paths: set[str]) -> dict[str, Any]:
-    """The data files (Iceberg ``DataFile``) of ``paths`` in a snapshot."""
+def _data_files(spark: SparkSession, jt: Any, snapshot: int | None, paths: set[str]
+                ) -> tuple[dict[str, Any], dict[str, list[Any]]]:
+    """The data files (Iceberg ``DataFile``) of ``paths`` in a snapshot, and each one's
+    file-scoped position delete files (Parquet: the ones a new delete file can merge)."""
+    jvm = spark.sparkContext._jvm  # noqa: SLF001
+    assert jvm is not None
+    util = jvm.org.apache.iceberg.util.ContentFileUtil
     scan = jt.newScan()
     if snapshot is not None:
         scan = scan.useSnapshot(snapshot)
     out: dict[str, Any] = {}
+    previous: dict[str, list[Any]] = {}
     tasks = scan.planFiles()
     try:
         it = tasks.iterator()
         while it.hasNext():
-            f = it.next().file()
+            task = it.next()
+            f = task.file()
             loc = str(f.location())
-            if loc in paths:
-                out[loc] = f
+            if loc not in paths:
+                continue
+            out[loc] = f
+            earlier = [d for d in task.deletes() if str(d.content()) == "POSITION_DELETES"
+                       and str(d.format()) == "PARQUET"
+                       and util.referencedDataFileLocation(d) == loc]
+            if earlier:
+                previous[loc] = earlier
     finally:
         tasks.close()
     missing = paths - set(out)
     if missing:  # the located rows come from this snapshot: a file must be there
         raise RuntimeError(f"position deletes name data files the snapshot {snapshot} does "
                            f"not hold: {sorted(missing)[:3]}")
-    return out
+    return out, previous
+
+
+def _positions(fio: Any, delete_file: Any, path: str, schema: pa.Schema) -> pa.Table:
+    """The positions an earlier delete file deletes in the data file ``path``."""
+    import pyarrow.compute as pc
+    import pyarrow.parquet as pq
+
+    stream = fio.newInputFile(delete_file.location()).newStream()
+    try:
+        blob = bytes(stream.readAllBytes())
+    finally:
+        stream.close()
+    table = pq.read_table(io.BytesIO(blob), columns=["file_path", "pos"])
+    table = table.filter(pc.equal(table["file_path"], path))
+    return table.cast(schema)

@@ -58,6 +58,7 @@ def test_demo_pipeline_on_s3_buckets(spark: SparkSession, servers: tuple[S3Serve
     from changeflow.queues import arrow_io
     from changeflow.runner import run_component
     from changeflow.sites import open_pipeline, queue_site
+    from changeflow.targets.policy import MaintenancePolicy
     from changeflow.targets.read import read_arrow, read_table
 
     s3, pg = servers
@@ -78,7 +79,10 @@ def test_demo_pipeline_on_s3_buckets(spark: SparkSession, servers: tuple[S3Serve
     result = verify(spark, cfg, "apply_dbs2")
     assert result.ok, result.report()
     # a second round changes rows the first applied: the apply deletes them by position
-    # (delete files written through the table's FileIO, in the bucket) in one RowDelta
+    # (delete files written through the table's FileIO, in the bucket) in one RowDelta;
+    # no maintenance from here on, which would rewrite the small table's files at once
+    cfg = cfg.model_copy(update={"applies": [a.model_copy(update={"iceberg": a.iceberg.model_copy(
+        update={"maintenance": MaintenancePolicy(enabled=False)})}) for a in cfg.applies]})
     generate(str(tmp_path / "source"), rounds=1, employees=40, changes=20)
     for kind, name in (("capture", "capture_hr"), ("propagation", "dbs1_to_dbs2"),
                        ("apply", "apply_dbs2")):
@@ -90,6 +94,18 @@ def test_demo_pipeline_on_s3_buckets(spark: SparkSession, servers: tuple[S3Serve
               if d.get("changeflow.pass-id") and int(d.get("added-position-deletes", 0))
               and "spark.merge-into.num-target-rows-updated" not in d]
     assert deltas, "no pass deleted rows by position (a RowDelta)"
+    # a third round changes rows of the same data files again: the pass reads their
+    # earlier delete files from the bucket, merges them into its own and removes them
+    generate(str(tmp_path / "source"), rounds=1, employees=40, changes=20)
+    for kind, name in (("capture", "capture_hr"), ("propagation", "dbs1_to_dbs2"),
+                       ("apply", "apply_dbs2")):
+        run_component(spark, cfg, kind, name, lease_wait=60)
+    result = verify(spark, cfg, "apply_dbs2")
+    assert result.ok, result.report()
+    jt.refresh()
+    merged = [d for d in (dict(x.summary()) for x in jt.snapshots())
+              if d.get("changeflow.pass-id") and int(d.get("removed-delete-files", 0))]
+    assert merged, "no pass merged the earlier delete files of a data file"
 
     # the batches and the tables are objects in the bucket, and nothing was left on disk
     keys = s3.objects(bucket)
