@@ -132,8 +132,9 @@ def _gone(located: pa.Table, ops: pa.Table, keys: list[str]) -> pa.Table:
 
 
 def _add_deletes(spark: SparkSession, jt: Any, delta: Any, base: int, gone: pa.Table) -> Any:
-    """Write one position delete file per data file that loses rows; add them to
-    ``delta`` (an Iceberg ``RowDelta``)."""
+    """Write one position delete file per data file that loses rows, holding its earlier
+    delete files' positions too; add them to ``delta`` (an Iceberg ``RowDelta``) and
+    remove the earlier ones from it."""
     import pyarrow as pa
     import pyarrow.compute as pc
     import pyarrow.parquet as pq
@@ -143,28 +144,39 @@ def _add_deletes(spark: SparkSession, jt: Any, delta: Any, base: int, gone: pa.T
     schema = pa.schema([
         pa.field("file_path", pa.string(), False, {b"PARQUET:field_id": str(FILE_PATH_ID)}),
         pa.field("pos", pa.int64(), False, {b"PARQUET:field_id": str(POS_ID)})])
-    rows = gone.select(["file_path", "pos"]).sort_by(
-        [("file_path", "ascending"), ("pos", "ascending")]).cast(schema)
-    paths = rows.column("file_path")
-    files, previous = _data_files(spark, jt, base, set(pc.unique(paths).to_pylist()))
+    # one integer code per data file: sorting and slicing the long path strings is slow
+    enc = gone.column("file_path").combine_chunks().dictionary_encode()
+    wanted = enc.dictionary.to_pylist()
+    files, previous = _data_files(jt, base, set(wanted))
     fio, locations = jt.io(), jt.locationProvider()
+    codes, positions = [enc.indices.cast(pa.int32())], [gone.column("pos").combine_chunks()]
+    index = {path: i for i, path in enumerate(wanted)}
+    for path, earlier in previous.items():  # merged into the new file, removed by the commit
+        pos = _positions(fio, [loc for _, loc in earlier])
+        codes.append(pa.repeat(pa.scalar(index[path], pa.int32()), len(pos)))
+        positions.append(pos)
+        for d, _ in earlier:
+            delta = delta.removeDeletes(d)
+    rows = pa.table({"code": pa.concat_arrays(codes),
+                     "pos": pa.concat_arrays(positions).cast(pa.int64())}).sort_by(
+        [("code", "ascending"), ("pos", "ascending")])  # as the spec wants a file's rows
+    code = rows.column("code").combine_chunks()
+    specs: dict[int, Any] = {}
     start, n = 0, rows.num_rows
-    ends = pc.not_equal(paths.slice(1), paths.slice(0, n - 1)) if n > 1 else pa.array([])
+    ends = pc.not_equal(code.slice(1), code.slice(0, n - 1)) if n > 1 else pa.array([])
     for end in [i + 1 for i, c in enumerate(ends.to_pylist()) if c] + [n]:
-        part = rows.slice(start, end - start)
-        path = part.column("file_path")[0].as_py()
-        data_file = files[path]
-        earlier = previous.get(path, [])
-        if earlier:  # merged into this file, and removed by the commit
-            part = pa.concat_tables([part, *[_positions(fio, d, path, schema)
-                                             for d in earlier]]).sort_by("pos")
-            for d in earlier:
-                delta = delta.removeDeletes(d)
-        spec = jt.specs().get(data_file.specId())
+        path = wanted[code[start].as_py()]
+        part = pa.table([pa.repeat(pa.scalar(path, pa.string()), end - start),
+                         rows.column("pos").slice(start, end - start)], schema=schema)
+        data_file, spec_id = files[path]
+        spec = specs.get(spec_id)
+        if spec is None:
+            spec = specs[spec_id] = jt.specs().get(spec_id)
         buf = io.BytesIO()
         pq.write_table(part, buf, compression="zstd")
         blob = buf.getvalue()
-        where = locations.newDataLocation(spec, data_file.partition(),
+        partition = data_file.partition()
+        where = locations.newDataLocation(spec, partition,
                                           f"cf-deletes-{uuid.uuid4().hex}.parquet")
         out = fio.newOutputFile(where).create()
         try:
@@ -174,24 +186,22 @@ def _add_deletes(spark: SparkSession, jt: Any, delta: Any, base: int, gone: pa.T
         delta = delta.addDeletes(
             jvm.org.apache.iceberg.FileMetadata.deleteFileBuilder(spec).ofPositionDeletes()
             .withPath(where).withFormat("parquet").withFileSizeInBytes(len(blob))
-            .withRecordCount(part.num_rows).withPartition(data_file.partition())
+            .withRecordCount(part.num_rows).withPartition(partition)
             .withReferencedDataFile(path).build())
         start = end
     return delta
 
 
-def _data_files(spark: SparkSession, jt: Any, snapshot: int | None, paths: set[str]
-                ) -> tuple[dict[str, Any], dict[str, list[Any]]]:
-    """The data files (Iceberg ``DataFile``) of ``paths`` in a snapshot, and each one's
-    file-scoped position delete files (Parquet: the ones a new delete file can merge)."""
-    jvm = spark.sparkContext._jvm  # noqa: SLF001
-    assert jvm is not None
-    util = jvm.org.apache.iceberg.util.ContentFileUtil
+def _data_files(jt: Any, snapshot: int | None, paths: set[str]
+                ) -> tuple[dict[str, tuple[Any, int]], dict[str, list[tuple[Any, str]]]]:
+    """The data files (Iceberg ``DataFile`` and its spec id) of ``paths`` in a snapshot,
+    and each one's earlier delete files that a new delete file can merge (``DeleteFile``
+    and location): Parquet position deletes that name that data file alone."""
     scan = jt.newScan()
     if snapshot is not None:
         scan = scan.useSnapshot(snapshot)
-    out: dict[str, Any] = {}
-    previous: dict[str, list[Any]] = {}
+    out: dict[str, tuple[Any, int]] = {}
+    previous: dict[str, list[tuple[Any, str]]] = {}
     tasks = scan.planFiles()
     try:
         it = tasks.iterator()
@@ -201,10 +211,13 @@ def _data_files(spark: SparkSession, jt: Any, snapshot: int | None, paths: set[s
             loc = str(f.location())
             if loc not in paths:
                 continue
-            out[loc] = f
-            earlier = [d for d in task.deletes() if str(d.content()) == "POSITION_DELETES"
-                       and str(d.format()) == "PARQUET"
-                       and util.referencedDataFileLocation(d) == loc]
+            out[loc] = (f, int(f.specId()))
+            earlier = []
+            for d in task.deletes():
+                ref = d.referencedDataFile()  # position deletes (v2) of this file alone
+                where = str(d.location())
+                if ref is not None and str(ref) == loc and where.endswith(".parquet"):
+                    earlier.append((d, where))
             if earlier:
                 previous[loc] = earlier
     finally:
@@ -216,16 +229,27 @@ def _data_files(spark: SparkSession, jt: Any, snapshot: int | None, paths: set[s
     return out, previous
 
 
-def _positions(fio: Any, delete_file: Any, path: str, schema: pa.Schema) -> pa.Table:
-    """The positions an earlier delete file deletes in the data file ``path``."""
-    import pyarrow.compute as pc
+def _positions(fio: Any, locations: list[str]) -> pa.Array:
+    """The positions earlier delete files of one data file delete (file-scoped: every row
+    names that file): read by Arrow where it reaches the files (a local path, the object
+    store), else through the table's ``FileIO``."""
+    import pyarrow as pa
     import pyarrow.parquet as pq
 
-    stream = fio.newInputFile(delete_file.location()).newStream()
-    try:
-        blob = bytes(stream.readAllBytes())
-    finally:
-        stream.close()
-    table = pq.read_table(io.BytesIO(blob), columns=["file_path", "pos"])
-    table = table.filter(pc.equal(table["file_path"], path))
-    return table.cast(schema)
+    from changeflow import storage
+
+    if all(loc.startswith(("/", "file:")) or storage.is_object_store(loc)
+           for loc in locations):
+        fs, _ = storage.filesystem(locations[0])
+        table = pq.read_table([storage.filesystem(loc)[1] for loc in locations],
+                              filesystem=fs, columns=["pos"])
+        return table.column("pos").combine_chunks()
+    parts = []
+    for loc in locations:
+        stream = fio.newInputFile(loc).newStream()
+        try:
+            blob = bytes(stream.readAllBytes())
+        finally:
+            stream.close()
+        parts.append(pq.read_table(io.BytesIO(blob), columns=["pos"]).column("pos"))
+    return pa.chunked_array(parts).combine_chunks()
