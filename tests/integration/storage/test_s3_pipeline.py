@@ -7,7 +7,7 @@ from __future__ import annotations
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import pytest
 
@@ -68,27 +68,30 @@ def test_demo_pipeline_on_s3_buckets(spark: SparkSession, servers: tuple[S3Serve
     generate(str(tmp_path / "source"), rounds=1, employees=40, changes=20)
     cfg = load_config(ROOT / "config" / "demo.yaml")
     assert cfg.sites["site1"].staging_root == f"s3a://{bucket}/site1/staging"
+
+    def run_round(cfg: Any, *, generate_first: bool = False) -> None:
+        """Capture, propagate and apply once (after a new round of source changes), and
+        check the targets against the source."""
+        if generate_first:
+            generate(str(tmp_path / "source"), rounds=1, employees=40, changes=20)
+        for kind, name in (("capture", "capture_hr"), ("propagation", "dbs1_to_dbs2"),
+                           ("apply", "apply_dbs2")):
+            run_component(spark, cfg, kind, name, lease_wait=60)
+        result = verify(spark, cfg, "apply_dbs2")
+        assert result.ok, result.report()
+
     open_pipeline(cfg)
     queues = [queue_site(cfg, f"strmadmin.streams_queue@site{n}") for n in (1, 2)]
     for rt, q in queues:  # an audit consumer keeps every batch, to count messages
         rt.catalog.add_consumer(q, "audit:s3", "audit")
 
-    for kind, name in (("capture", "capture_hr"), ("propagation", "dbs1_to_dbs2"),
-                       ("apply", "apply_dbs2")):
-        run_component(spark, cfg, kind, name, lease_wait=60)
-    result = verify(spark, cfg, "apply_dbs2")
-    assert result.ok, result.report()
+    run_round(cfg)
     # a second round changes rows the first applied: the apply deletes them by position
     # (delete files written through the table's FileIO, in the bucket) in one RowDelta;
     # no maintenance from here on, which would rewrite the small table's files at once
     cfg = cfg.model_copy(update={"applies": [a.model_copy(update={"iceberg": a.iceberg.model_copy(
         update={"maintenance": MaintenancePolicy(enabled=False)})}) for a in cfg.applies]})
-    generate(str(tmp_path / "source"), rounds=1, employees=40, changes=20)
-    for kind, name in (("capture", "capture_hr"), ("propagation", "dbs1_to_dbs2"),
-                       ("apply", "apply_dbs2")):
-        run_component(spark, cfg, kind, name, lease_wait=60)
-    result = verify(spark, cfg, "apply_dbs2")
-    assert result.ok, result.report()
+    run_round(cfg, generate_first=True)
     jt = targets_of(cfg, cfg.component("apply", "apply_dbs2")).java_table(spark, "hr.employees")
     deltas = [d for d in (dict(x.summary()) for x in jt.snapshots())
               if d.get("changeflow.pass-id") and int(d.get("added-position-deletes", 0))
@@ -96,12 +99,7 @@ def test_demo_pipeline_on_s3_buckets(spark: SparkSession, servers: tuple[S3Serve
     assert deltas, "no pass deleted rows by position (a RowDelta)"
     # a third round changes rows of the same data files again: the pass reads their
     # earlier delete files from the bucket, merges them into its own and removes them
-    generate(str(tmp_path / "source"), rounds=1, employees=40, changes=20)
-    for kind, name in (("capture", "capture_hr"), ("propagation", "dbs1_to_dbs2"),
-                       ("apply", "apply_dbs2")):
-        run_component(spark, cfg, kind, name, lease_wait=60)
-    result = verify(spark, cfg, "apply_dbs2")
-    assert result.ok, result.report()
+    run_round(cfg, generate_first=True)
     jt.refresh()
     merged = [d for d in (dict(x.summary()) for x in jt.snapshots())
               if d.get("changeflow.pass-id") and int(d.get("removed-delete-files", 0))]
