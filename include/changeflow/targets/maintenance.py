@@ -129,7 +129,8 @@ def maintain(spark: SparkSession, targets: IcebergTargets, table: str,
                  done["rewrite_data_files"])
         jt.refresh()
         summary = dict(jt.currentSnapshot().summary())
-    deletes, files = _delete_files(summary), int(summary.get("total-data-files", 0))
+    deletes = int(summary.get("total-delete-files", 0))
+    files = int(summary.get("total-data-files", 0))
     if deletes > files and int(jt.operations().current().formatVersion()) == 2:
         why = f"{deletes} delete files for {files} data files"
         done["rewrite_position_delete_files"] = _call(spark, why, (
@@ -153,10 +154,6 @@ def _call(spark: SparkSession, why: str, sql: str) -> dict[str, Any]:
     row = spark.sql(sql).first()
     return {"why": why, "seconds": time.monotonic() - started,
             **(row.asDict() if row is not None else {})}
-
-
-def _delete_files(summary: dict[str, str]) -> int:
-    return int(summary.get("total-delete-files", 0))
 
 
 def _oldest(jt: Any) -> dt.datetime | None:
