@@ -9,8 +9,10 @@ the changes: only the files that need it are rewritten.
 
 * ``rewrite_data_files`` (bin-pack) when data files number more than
   ``files_per_bucket`` per bucket (beyond the full-size files the table's bytes fill),
-  or deleted rows more than ``delete_ratio`` of the table's records. It rewrites,
-  without their deleted rows:
+  deleted rows more than ``delete_ratio`` of the table's records, or an apply has
+  deleted ``delete_ratio`` of some data file's rows (the apply's row delta records the
+  largest share in the snapshot summary: :func:`changeflow.targets.rowdelta.hottest`).
+  It rewrites, without their deleted rows:
 
   - the *small* files: smaller than a bucket's share of the table divided by
     ``files_per_bucket`` (:func:`small_file_bytes`), two or more in a bucket: the files
@@ -38,6 +40,7 @@ from typing import TYPE_CHECKING, Any
 
 from changeflow.targets.catalog import IcebergTargets
 from changeflow.targets.policy import MaintenancePolicy
+from changeflow.targets.rowdelta import hottest
 from changeflow.targets.tables import q
 
 if TYPE_CHECKING:
@@ -49,13 +52,14 @@ TARGET_FILE_SIZE = 512 * 1024 * 1024
 
 
 def due(summary: dict[str, str], buckets: int, policy: MaintenancePolicy,
-        target: int = TARGET_FILE_SIZE) -> str | None:
+        target: int = TARGET_FILE_SIZE, hot: float = 0.0) -> str | None:
     """Why a table's data files should be rewritten, as its snapshot summary tells
     (None: not due).
 
     Data files count as too many past ``files_per_bucket`` per bucket more than the
     files of the target size the table's bytes fill (a large table's full-size files
-    are not a reason to rewrite).
+    are not a reason to rewrite). ``hot`` is the largest share of a data file's rows
+    deleted since the last rewrite (:func:`changeflow.targets.rowdelta.hottest`).
 
     >>> p = MaintenancePolicy()
     >>> due({"total-records": "1000", "total-position-deletes": "50",
@@ -69,10 +73,15 @@ def due(summary: dict[str, str], buckets: int, policy: MaintenancePolicy,
     >>> due({"total-records": "1000", "total-data-files": "200",
     ...      "total-files-size": str(100 * 2**29)}, 16, p) is None
     True
+    >>> due({"total-records": "1000", "total-position-deletes": "20",
+    ...      "total-data-files": "16"}, 16, p, hot=0.25)
+    'a data file with 25% of its rows deleted (>= 0.1)'
     """
     records, deletes, files = _counts(summary)
     if records and deletes > policy.delete_ratio * records:
         return f"deleted rows {deletes} of {records} records (> {policy.delete_ratio})"
+    if hot >= policy.delete_ratio:
+        return f"a data file with {hot:.0%} of its rows deleted (>= {policy.delete_ratio})"
     full = int(summary.get("total-files-size", 0)) // max(target, 1)
     if files > policy.files_per_bucket * max(buckets, 1) + full:
         more = f" and {full} files of the target size" if full else ""
@@ -117,7 +126,7 @@ def maintain(spark: SparkSession, targets: IcebergTargets, table: str,
     summary = dict(snap.summary())
     target = int(dict(jt.properties()).get("write.target-file-size-bytes", TARGET_FILE_SIZE))
     proc, ident = f"{q(targets.name)}.system", targets.ident(table)
-    why = due(summary, header.buckets, policy, target)
+    why = due(summary, header.buckets, policy, target, hottest(jt, snap.snapshotId()))
     if why is not None:
         small = small_file_bytes(summary, header.buckets, policy, target)
         done["rewrite_data_files"] = _call(spark, why, (

@@ -49,6 +49,14 @@ PROPERTY_PREFIX = "spark.sql.iceberg.snapshot-property."
 #: the summary property of a scratch branch's snapshot (off ``main``, never published:
 #: :func:`changeflow.targets.read.snapshots` leaves it out)
 SCRATCH = "changeflow.scratch"
+#: the summary property of the largest share of a data file's rows deleted since the
+#: table's data files were last rewritten, as the row deltas know it, among the files of
+#: at least the table's average rows per data file (the small files the applies add are
+#: merged for being small): maintenance reads it to rewrite a file where the changes
+#: concentrate before the whole table is due (:func:`changeflow.targets.maintenance.due`)
+HOTTEST = "changeflow.max-file-deleted-ratio"
+#: how far back :func:`hottest` looks for the property (snapshots of other writers)
+_LOOKBACK = 100
 
 
 def usable(jt: Any, *, partial: bool, truncate: bool) -> bool:
@@ -112,7 +120,11 @@ def write(spark: SparkSession, targets: IcebergTargets, table: TargetTable, bran
     for f in files:
         delta = delta.addRows(f)
     if gone.num_rows:
-        delta = _add_deletes(spark, jt, delta, base, gone)
+        summary = jt.snapshot(base).summary()
+        average = int(summary.get("total-records") or 0) / max(
+            int(summary.get("total-data-files") or 0), 1)
+        delta, ratio = _add_deletes(spark, jt, delta, base, gone, average)
+        delta = delta.set(HOTTEST, str(round(max(ratio, hottest(jt, base)), 6)))
     if files or gone.num_rows:
         delta.commit()
     drop_branch(spark, targets, table.name, scratch)
@@ -131,10 +143,37 @@ def _gone(located: pa.Table, ops: pa.Table, keys: list[str]) -> pa.Table:
         "_deleted", pc.equal(both["_cf_op"], "D"))
 
 
-def _add_deletes(spark: SparkSession, jt: Any, delta: Any, base: int, gone: pa.Table) -> Any:
+def hottest(jt: Any, snapshot: int | None) -> float:
+    """The largest share of a data file's rows deleted since the table's data files were
+    last rewritten, as the row deltas up to ``snapshot`` recorded it (:data:`HOTTEST`;
+    0.0 from a rewrite of data files on, or where no row delta recorded it).
+
+    Snapshots of other writers (Spark's ``MERGE INTO`` of partial images, a
+    ``DELETE``) are passed over: their deletes are not counted.
+    """
+    for _ in range(_LOOKBACK):
+        snap = jt.snapshot(snapshot) if snapshot is not None else None
+        if snap is None:
+            return 0.0
+        summary = snap.summary()
+        if summary.get(HOTTEST) is not None:
+            return float(summary.get(HOTTEST))
+        if str(snap.operation()) == "replace" and summary.get("deleted-data-files"):
+            return 0.0
+        snapshot = snap.parentId()
+    return 0.0
+
+
+def _add_deletes(spark: SparkSession, jt: Any, delta: Any, base: int, gone: pa.Table,
+                 average: float) -> tuple[Any, float]:
     """Write one position delete file per data file that loses rows, holding its earlier
     delete files' positions too; add them to ``delta`` (an Iceberg ``RowDelta``) and
-    remove the earlier ones from it."""
+    remove the earlier ones from it.
+
+    Returns:
+        The delta, and the largest share of a data file's rows its deletes now delete,
+        among the files of at least ``average`` rows.
+    """
     import pyarrow as pa
     import pyarrow.compute as pc
     import pyarrow.parquet as pq
@@ -162,13 +201,16 @@ def _add_deletes(spark: SparkSession, jt: Any, delta: Any, base: int, gone: pa.T
         [("code", "ascending"), ("pos", "ascending")])  # as the spec wants a file's rows
     code = rows.column("code").combine_chunks()
     specs: dict[int, Any] = {}
-    start, n = 0, rows.num_rows
+    ratio, start, n = 0.0, 0, rows.num_rows
     ends = pc.not_equal(code.slice(1), code.slice(0, n - 1)) if n > 1 else pa.array([])
     for end in [i + 1 for i, c in enumerate(ends.to_pylist()) if c] + [n]:
         path = wanted[code[start].as_py()]
         part = pa.table([pa.repeat(pa.scalar(path, pa.string()), end - start),
                          rows.column("pos").slice(start, end - start)], schema=schema)
         data_file, spec_id = files[path]
+        records = int(data_file.recordCount())
+        if records >= average:
+            ratio = max(ratio, part.num_rows / max(records, 1))
         spec = specs.get(spec_id)
         if spec is None:
             spec = specs[spec_id] = jt.specs().get(spec_id)
@@ -189,7 +231,7 @@ def _add_deletes(spark: SparkSession, jt: Any, delta: Any, base: int, gone: pa.T
             .withRecordCount(part.num_rows).withPartition(partition)
             .withReferencedDataFile(path).build())
         start = end
-    return delta
+    return delta, ratio
 
 
 def _data_files(jt: Any, snapshot: int | None, paths: set[str]

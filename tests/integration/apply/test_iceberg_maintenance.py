@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 
 from changeflow.apply.engine import apply_once, targets_of
-from changeflow.targets import tables
+from changeflow.targets import rowdelta, tables
 from changeflow.targets.catalog import TargetTable
 from changeflow.targets.maintenance import maintain
 from changeflow.targets.policy import MaintenancePolicy
@@ -134,6 +134,54 @@ def test_an_apply_keeps_one_delete_file_per_data_file(
     assert table_rows(spark, cfg) == [(i, f"n{i}") for i in range(120, 400)]
     policy = MaintenancePolicy(files_per_bucket=2, delete_ratio=0.5)
     assert maintain(spark, targets, EMP, policy) == {}  # nothing due
+
+
+def test_a_file_where_the_applies_concentrate_is_rewritten_before_the_table_is_due(
+        spark, make_cfg, enqueue) -> None:  # type: ignore[no-untyped-def]
+    cfg = make_cfg(APPLY)
+    enqueue(cfg, [row("INSERT", new=vals(id=i, name=f"n{i}"), pos=i) for i in range(400)])
+    apply_once(spark, cfg, "ap")
+    targets = targets_of(cfg, cfg.applies[0])
+    ident = targets.ident(EMP)
+    per_file = {r[0]: sorted(r[1]) for r in spark.sql(
+        f"SELECT _file, collect_list(id) FROM {ident} GROUP BY _file").collect()}
+    hot = max(per_file, key=lambda f: len(per_file[f]))
+    gone = per_file[hot][: len(per_file[hot]) * 3 // 10]  # 30% of one file
+    assert len(gone) < 0.1 * 400  # but under 10% of the table
+    enqueue(cfg, [row("DELETE", old=vals(id=i), txn="d1", scn=100, pos=i) for i in gone])
+    apply_once(spark, cfg, "ap")
+    jt = targets.java_table(spark, EMP)
+    recorded = float(jt.currentSnapshot().summary()[rowdelta.HOTTEST])
+    assert recorded == pytest.approx(len(gone) / len(per_file[hot]), abs=1e-6)
+    # another writer's snapshot on top (Spark's own DELETE) does not hide it
+    other = next(f for f in per_file if f != hot)
+    spark.sql(f"DELETE FROM {ident} WHERE id = {per_file[other][-1]}")
+    content = table_rows(spark, cfg)
+    done = maintain(spark, targets, EMP, MaintenancePolicy(delete_ratio=0.1))
+    rewrite = done["rewrite_data_files"]
+    assert rewrite["why"] == (f"a data file with {recorded:.0%} of its rows deleted "
+                              "(>= 0.1)")
+    assert rewrite["rewritten_data_files_count"] == 1
+    after = {r[0] for r in spark.sql(f"SELECT DISTINCT _file FROM {ident}").collect()}
+    assert hot not in after and set(per_file) - {hot} <= after
+    assert table_rows(spark, cfg) == content
+    # the rewrite starts the count again: one more deleted row is far from due
+    enqueue(cfg, [row("DELETE", old=vals(id=per_file[other][0]), txn="d2", scn=101, pos=0)])
+    apply_once(spark, cfg, "ap")
+    jt.refresh()
+    assert float(jt.currentSnapshot().summary()[rowdelta.HOTTEST]) < 0.1
+    # rows an apply adds (small files) and the next one deletes do not count: the small
+    # files are merged for being small
+    enqueue(cfg, [row("INSERT", new=vals(id=i, name=f"n{i}"), txn="i3", scn=102, pos=i)
+                  for i in range(1000, 1008)])
+    apply_once(spark, cfg, "ap")
+    enqueue(cfg, [row("DELETE", old=vals(id=i), txn="d4", scn=103, pos=i)
+                  for i in range(1000, 1004)])
+    apply_once(spark, cfg, "ap")
+    jt.refresh()
+    assert float(jt.currentSnapshot().summary()[rowdelta.HOTTEST]) < 0.1
+    assert "rewrite_data_files" not in maintain(spark, targets, EMP,
+                                                MaintenancePolicy(delete_ratio=0.1))
 
 
 def test_many_delete_files_of_a_data_file_are_merged(spark, make_cfg) -> None:  # type: ignore[no-untyped-def]
