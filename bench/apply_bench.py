@@ -36,11 +36,11 @@ median of its warm runs too.
   imports changeflow, starts a Spark session and applies one queued batch (as the DAG's
   spark-submit task does) over a fresh process that starts a session and runs the
   ``MERGE INTO`` of as many images; alternating, medians of two (reported).
-* ``apply.read_after_applies``: a full scan (Spark ``count``/``sum``) after 11 applies,
-  before the table's first rewrite of deleted rows (the most deletes a reader meets
-  under the default policy), over the same scan after Iceberg's maintenance (reported),
-  and DuckDB
-  aggregating the table read by PyIceberg into Arrow, both states (reported).
+* ``apply.read_after_applies``: a full scan (Spark ``count``/``sum``) of the snapshot
+  with the most position deletes of the first 12 applies (time travel: the last before
+  the table's rewrite of deleted rows, the most deletes a reader meets under the
+  default policy), over the same scan after Iceberg's maintenance (reported), and
+  DuckDB aggregating the table read by PyIceberg into Arrow, both states (reported).
 """
 
 from __future__ import annotations
@@ -249,13 +249,12 @@ def run(spark: SparkSession, size: str = "small") -> list[dict[str, Any]]:
         rewrites = [rewrite(spark, targets, TABLE) for _ in range(3)]
         apply = Applier(spark, cfg, n_rows, n_changes)
         cold, warm = apply(1), apply(2)
-        repeated = [apply(r) for r in range(3, 12)]
-        # merge-on-read's read cost where it is largest: after the applies before the
-        # table's first rewrite of deleted rows (the default policy's comes with apply
-        # 12 here: 1.1 million of 11 million records deleted); the counts are recorded
-        reads = peers.reads(spark, targets, TABLE, maintained=False,
-                            state="after 11 applies, before the table's rewrite")
-        repeated.append(apply(12))
+        repeated = [apply(r) for r in range(3, 13)]
+        # merge-on-read's read cost where it is largest: the snapshot of the most deleted
+        # rows, before the table's rewrite of them (time travel; the counts are recorded)
+        worst, n_applies = peers.most_deleted(spark, targets, TABLE)
+        reads = peers.reads(spark, targets, TABLE, maintained=False, snapshot=worst,
+                            state=f"after {n_applies} applies, before the table's rewrite")
         on, off = [], []
         for r in range(13, 19):  # three of each, interleaved
             (on if r % 2 else off).append(apply(r, "a" if r % 2 else "nodetect"))

@@ -142,12 +142,15 @@ def deltalake(spark: SparkSession, root: Path, n_rows: int, n_changes: int) -> d
 
 
 def reads(spark: SparkSession, targets: Any, table: str, *, maintained: bool,
-          state: str = "after 10 applies") -> dict[str, Any]:
-    """A full scan of the table's current state by Spark (best of two) and by DuckDB over
-    PyIceberg's Arrow scan, with the table's file counts."""
+          state: str = "after 10 applies", snapshot: int | None = None) -> dict[str, Any]:
+    """A full scan of the table by Spark (best of two) and by DuckDB over PyIceberg's
+    Arrow scan, with the table's file counts: its current state, or ``snapshot``'s (time
+    travel)."""
     jt = targets.java_table(spark, table)
-    summary = dict(jt.currentSnapshot().summary())
-    sql = f"SELECT count(*), sum(salary), max(first_name) FROM {targets.ident(table)}"
+    snap = jt.currentSnapshot() if snapshot is None else jt.snapshot(snapshot)
+    summary = dict(snap.summary())
+    when = "" if snapshot is None else f" VERSION AS OF {snapshot}"
+    sql = f"SELECT count(*), sum(salary), max(first_name) FROM {targets.ident(table)}{when}"
     spark_runs = [_timed(lambda: spark.sql(sql).collect())[0] for _ in range(2)]
     out: dict[str, Any] = {
         "state": "after maintenance" if maintained else state,
@@ -155,11 +158,30 @@ def reads(spark: SparkSession, targets: Any, table: str, *, maintained: bool,
         "data_files": int(summary.get("total-data-files", 0)),
         "delete_files": int(summary.get("total-delete-files", 0)),
         "position_deletes": int(summary.get("total-position-deletes", 0))}
-    out.update(_duckdb(targets, table))
+    if snapshot is not None:
+        out["snapshot"] = snapshot
+    out.update(_duckdb(targets, table, snapshot))
     return out
 
 
-def _duckdb(targets: Any, table: str) -> dict[str, Any]:
+def most_deleted(spark: SparkSession, targets: Any, table: str) -> tuple[int, int]:
+    """The snapshot of the table's history with the most position deletes (where
+    merge-on-read's read cost is largest: the last before a rewrite of deleted rows),
+    and how many applies (snapshots with a pass id) it holds."""
+    jt = targets.java_table(spark, table)
+    chain, snap = [], jt.currentSnapshot()
+    while snap is not None:
+        chain.append(snap)
+        parent = snap.parentId()
+        snap = jt.snapshot(parent) if parent is not None else None
+    chain.reverse()
+    counts = [int(s.summary().get("total-position-deletes") or 0) for s in chain]
+    at = max(range(len(chain)), key=lambda i: (counts[i], i))
+    applies = sum(1 for s in chain[: at + 1] if s.summary().get("changeflow.pass-id"))
+    return int(chain[at].snapshotId()), applies
+
+
+def _duckdb(targets: Any, table: str, snapshot: int | None = None) -> dict[str, Any]:
     """DuckDB aggregating the table as PyIceberg reads it (Arrow, deletes applied).
 
     DuckDB's own Iceberg extension downloads from a site this machine cannot reach, so
@@ -172,7 +194,8 @@ def _duckdb(targets: Any, table: str) -> dict[str, Any]:
 
     def scan() -> Any:
         t = pyiceberg_catalog(targets).load_table(table)
-        return t.scan(selected_fields=("id", "salary", "first_name")).to_arrow()
+        return t.scan(selected_fields=("id", "salary", "first_name"),
+                      snapshot_id=snapshot).to_arrow()
 
     try:
         read, arrow = _timed(scan)
