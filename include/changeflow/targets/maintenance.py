@@ -126,7 +126,9 @@ def maintain(spark: SparkSession, targets: IcebergTargets, table: str,
     summary = dict(snap.summary())
     target = int(dict(jt.properties()).get("write.target-file-size-bytes", TARGET_FILE_SIZE))
     proc, ident = f"{q(targets.name)}.system", targets.ident(table)
-    why = due(summary, header.buckets, policy, target, hottest(jt, snap.snapshotId()))
+    v2 = int(jt.operations().current().formatVersion()) == 2
+    hot = hottest(jt, snap.snapshotId()) if v2 else 0.0  # row deltas write v2 tables only
+    why = due(summary, header.buckets, policy, target, hot)
     if why is not None:
         small = small_file_bytes(summary, header.buckets, policy, target)
         done["rewrite_data_files"] = _call(spark, why, (
@@ -140,7 +142,7 @@ def maintain(spark: SparkSession, targets: IcebergTargets, table: str,
         summary = dict(jt.currentSnapshot().summary())
     deletes = int(summary.get("total-delete-files", 0))
     files = int(summary.get("total-data-files", 0))
-    if deletes > files and int(jt.operations().current().formatVersion()) == 2:
+    if deletes > files and v2:
         why = f"{deletes} delete files for {files} data files"
         done["rewrite_position_delete_files"] = _call(spark, why, (
             f"CALL {proc}.rewrite_position_delete_files(table => '{ident}', "

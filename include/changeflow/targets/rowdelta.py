@@ -16,7 +16,10 @@ rows lives. A ``MERGE INTO`` would scan the table again to find the same rows. I
    the positions of the data file's earlier delete files, which the commit removes: a
    reader opens one delete file per data file, however many applies changed it;
 3. both, the new data files and the delete files, are committed to the branch in one
-   ``RowDelta``: one snapshot per pass and table, as a ``MERGE INTO`` makes.
+   ``RowDelta``: one snapshot per pass and table, as a ``MERGE INTO`` makes. Its summary
+   records the largest share of a data file's rows deleted since the last rewrite
+   (:data:`HOTTEST`): the new delete files hold each file's deleted positions, so the
+   count costs nothing, and maintenance rewrites a file where the changes concentrate.
 
 The images and the deletes are what a merge-on-read ``MERGE INTO`` would write: readers
 (Spark, PyIceberg, DuckDB, Trino) read them the same way. It applies to format-version 2
@@ -55,8 +58,8 @@ SCRATCH = "changeflow.scratch"
 #: merged for being small): maintenance reads it to rewrite a file where the changes
 #: concentrate before the whole table is due (:func:`changeflow.targets.maintenance.due`)
 HOTTEST = "changeflow.max-file-deleted-ratio"
-#: how far back :func:`hottest` looks for the property (snapshots of other writers)
-_LOOKBACK = 100
+#: how far back :func:`hottest` looks for the property (past snapshots of other writers)
+_LOOKBACK = 20
 
 
 def usable(jt: Any, *, partial: bool, truncate: bool) -> bool:
@@ -119,12 +122,13 @@ def write(spark: SparkSession, targets: IcebergTargets, table: TargetTable, bran
         delta = delta.set(k, v)
     for f in files:
         delta = delta.addRows(f)
+    ratio = 0.0
     if gone.num_rows:
         summary = jt.snapshot(base).summary()
         average = int(summary.get("total-records") or 0) / max(
             int(summary.get("total-data-files") or 0), 1)
         delta, ratio = _add_deletes(spark, jt, delta, base, gone, average)
-        delta = delta.set(HOTTEST, str(round(max(ratio, hottest(jt, base)), 6)))
+    delta = delta.set(HOTTEST, str(round(max(ratio, hottest(jt, base)), 6)))  # carried on
     if files or gone.num_rows:
         delta.commit()
     drop_branch(spark, targets, table.name, scratch)
