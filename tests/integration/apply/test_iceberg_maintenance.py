@@ -112,12 +112,17 @@ def test_only_the_file_with_many_deleted_rows_is_rewritten(spark, make_cfg) -> N
     assert _content(spark, targets) == content
 
 
-def test_an_apply_keeps_one_delete_file_per_data_file(
-        spark, make_cfg, enqueue) -> None:  # type: ignore[no-untyped-def]
+def _applied_table(spark: Any, make_cfg: Any, enqueue: Any) -> tuple[Any, Any]:
+    """A pipeline whose apply has inserted 400 rows into HR.EMP; its config and targets."""
     cfg = make_cfg(APPLY)
     enqueue(cfg, [row("INSERT", new=vals(id=i, name=f"n{i}"), pos=i) for i in range(400)])
     apply_once(spark, cfg, "ap")
-    targets = targets_of(cfg, cfg.applies[0])
+    return cfg, targets_of(cfg, cfg.applies[0])
+
+
+def test_an_apply_keeps_one_delete_file_per_data_file(
+        spark, make_cfg, enqueue) -> None:  # type: ignore[no-untyped-def]
+    cfg, targets = _applied_table(spark, make_cfg, enqueue)
     base = {r[0] for r in spark.sql(f"SELECT DISTINCT _file FROM {targets.ident(EMP)}")
             .collect()}
     for run in range(3):  # each apply deletes rows of every base file
@@ -138,10 +143,7 @@ def test_an_apply_keeps_one_delete_file_per_data_file(
 
 def test_a_file_where_the_applies_concentrate_is_rewritten_before_the_table_is_due(
         spark, make_cfg, enqueue) -> None:  # type: ignore[no-untyped-def]
-    cfg = make_cfg(APPLY)
-    enqueue(cfg, [row("INSERT", new=vals(id=i, name=f"n{i}"), pos=i) for i in range(400)])
-    apply_once(spark, cfg, "ap")
-    targets = targets_of(cfg, cfg.applies[0])
+    cfg, targets = _applied_table(spark, make_cfg, enqueue)
     ident = targets.ident(EMP)
     per_file = {r[0]: sorted(r[1]) for r in spark.sql(
         f"SELECT _file, collect_list(id) FROM {ident} GROUP BY _file").collect()}
