@@ -19,6 +19,8 @@ from changeflow.cli.output import Col, chosen, emit, output_option
 TABLE_COLUMNS = [Col("apply"), Col("table"), Col("rows", "count"), Col("snapshots", "count"),
                  Col("data_files", "count", "data files"),
                  Col("delete_files", "count", "delete files"),
+                 Col("deleted_rows", "count", "deleted rows"),
+                 Col("hottest_file", header="most deleted in a file"),
                  Col("last_positions", header="applied up to", width=40),
                  Col("last_commit", "time", "last commit")]
 SNAPSHOT_COLUMNS = [Col("table"), Col("snapshot"), Col("committed_at", "time", "committed"),

@@ -31,8 +31,10 @@ the pass, or a format-version 3 table (deletion vectors) take ``MERGE INTO``
 from __future__ import annotations
 
 import io
+import itertools
 import logging
 import uuid
+from collections.abc import Iterable, Iterator, Mapping
 from typing import TYPE_CHECKING, Any
 
 from changeflow.targets.catalog import META, IcebergTargets, TargetTable
@@ -155,16 +157,31 @@ def hottest(jt: Any, snapshot: int | None) -> float:
     Snapshots of other writers (Spark's ``MERGE INTO`` of partial images, a
     ``DELETE``) are passed over: their deletes are not counted.
     """
-    for _ in range(_LOOKBACK):
+    def chain() -> Iterator[tuple[str, Any]]:
         snap = jt.snapshot(snapshot) if snapshot is not None else None
-        if snap is None:
-            return 0.0
-        summary = snap.summary()
+        while snap is not None:
+            yield str(snap.operation()), snap.summary()
+            parent = snap.parentId()
+            snap = jt.snapshot(parent) if parent is not None else None
+
+    return hottest_of(chain())
+
+
+def hottest_of(chain: Iterable[tuple[str, Mapping[str, str]]]) -> float:
+    """:func:`hottest` over a table's snapshots, newest first, as (operation, summary):
+    any reader's view of the metadata (Iceberg's Java API, PyIceberg).
+
+    >>> hottest_of([("append", {}), ("overwrite", {HOTTEST: "0.25"})])
+    0.25
+    >>> hottest_of([("replace", {"deleted-data-files": "3"}),
+    ...             ("overwrite", {HOTTEST: "0.25"})])
+    0.0
+    """
+    for operation, summary in itertools.islice(chain, _LOOKBACK):
         if summary.get(HOTTEST) is not None:
             return float(summary.get(HOTTEST))
-        if str(snap.operation()) == "replace" and summary.get("deleted-data-files"):
+        if operation == "replace" and summary.get("deleted-data-files"):
             return 0.0
-        snapshot = snap.parentId()
     return 0.0
 
 

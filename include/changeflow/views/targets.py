@@ -9,17 +9,21 @@ the pass id (:mod:`changeflow.targets.commit`).
 from __future__ import annotations
 
 import datetime as dt
+from collections.abc import Iterator
 from typing import Any
 
 from changeflow.config import ApplySpec, PipelineConfig
 from changeflow.sites import queue_site
 from changeflow.targets.catalog import IcebergTargets, rows_of
 from changeflow.targets.read import pyiceberg_catalog
+from changeflow.targets.rowdelta import hottest_of
 from changeflow.views.common import check_component
 
 TABLE_COLUMNS = (
     ("apply", "text"), ("table", "text"), ("rows", "count"), ("snapshots", "count"),
     ("data_files", "count", "data files"), ("delete_files", "count", "delete files"),
+    ("deleted_rows", "count", "deleted rows"),
+    ("hottest_file", "text", "most deleted in a file"),
     ("last_positions", "text", "applied up to"), ("last_commit", "time", "last commit"))
 SNAPSHOT_COLUMNS = (
     ("table", "text"), ("snapshot", "text"), ("committed_at", "time", "committed"),
@@ -78,8 +82,22 @@ def snapshots(cfg: PipelineConfig, component: str | None = None) -> list[dict[st
     return out
 
 
+def _chain(table: Any) -> Iterator[tuple[str, dict[str, str]]]:
+    """A PyIceberg table's snapshots on ``main``, newest first: (operation, summary)."""
+    meta = table.metadata
+    by_id = {s.snapshot_id: s for s in meta.snapshots}
+    current = meta.current_snapshot_id
+    while current is not None and current in by_id:
+        s = by_id[current]
+        yield (s.summary.operation.value if s.summary else "",
+               dict(s.summary.additional_properties) if s.summary else {})
+        current = s.parent_snapshot_id
+
+
 def targets(cfg: PipelineConfig, component: str | None = None) -> list[dict[str, Any]]:
-    """One row per target table: rows, snapshots, files, and how far it is applied.
+    """One row per target table: rows, snapshots, files, rows deleted but still in data
+    files (what maintenance rewrites: all of them, and the largest share of one data
+    file's rows, as the apply's row deltas record it), and how far it is applied.
 
     Raises:
         UnknownComponentError: ``component`` is not an apply of the pipeline.
@@ -103,6 +121,9 @@ def targets(cfg: PipelineConfig, component: str | None = None) -> list[dict[str,
                     "snapshots": len(snaps),
                     "data_files": int(summary.get("total-data-files", 0)),
                     "delete_files": int(summary.get("total-delete-files", 0)),
+                    "deleted_rows": int(summary.get("total-position-deletes", 0))
+                    + int(summary.get("total-equality-deletes", 0)),
+                    "hottest_file": f"{hottest_of(_chain(table)):.0%}",
                     "last_positions": applied[-1]["positions"] if applied else None,
                     "last_commit": last.get("committed_at")}
     return [rows[k] for k in sorted(rows)]

@@ -13,6 +13,7 @@ from changeflow.targets import rowdelta, tables
 from changeflow.targets.catalog import TargetTable
 from changeflow.targets.maintenance import maintain
 from changeflow.targets.policy import MaintenancePolicy
+from changeflow.views import targets as views
 
 from .conftest import row, table_rows, vals
 
@@ -159,6 +160,8 @@ def test_a_file_where_the_applies_concentrate_is_rewritten_before_the_table_is_d
     other = next(f for f in per_file if f != hot)
     spark.sql(f"DELETE FROM {ident} WHERE id = {per_file[other][-1]}")
     content = table_rows(spark, cfg)
+    [view] = views.targets(cfg)  # what an operator sees (PyIceberg, no Spark)
+    assert (view["deleted_rows"], view["hottest_file"]) == (len(gone) + 1, f"{recorded:.0%}")
     done = maintain(spark, targets, EMP, MaintenancePolicy(delete_ratio=0.1))
     rewrite = done["rewrite_data_files"]
     assert rewrite["why"] == (f"a data file with {recorded:.0%} of its rows deleted "
@@ -167,6 +170,8 @@ def test_a_file_where_the_applies_concentrate_is_rewritten_before_the_table_is_d
     after = {r[0] for r in spark.sql(f"SELECT DISTINCT _file FROM {ident}").collect()}
     assert hot not in after and set(per_file) - {hot} <= after
     assert table_rows(spark, cfg) == content
+    [view] = views.targets(cfg)
+    assert (view["deleted_rows"], view["hottest_file"]) == (1, "0%")
     # the rewrite starts the count again: one more deleted row is far from due
     enqueue(cfg, [row("DELETE", old=vals(id=per_file[other][0]), txn="d2", scn=101, pos=0)])
     apply_once(spark, cfg, "ap")
