@@ -48,9 +48,26 @@ def jars(kind: str = "spark") -> list[str]:
     return found
 
 
-def spark_jars_csv() -> str:
-    """The Spark set as ``spark.jars`` / ``--jars`` takes it (comma-separated)."""
-    return ",".join(jars("spark"))
+def spark_jars_csv(*, local: bool = False) -> str:
+    """The Spark set as ``spark.jars`` / ``--jars`` takes it (comma-separated).
+
+    ``local``: as ``local:`` URIs, for a local master (driver and executors in one JVM,
+    on this machine). The executor copies every jar (687 MB with the S3 SDK) into the
+    application's temporary folder before its first task; a plain path it fetches
+    through the driver's file server, a ``local:`` one straight from the disk: 1.5-1.8 s
+    less of every job's start (``spark-submit`` of a one-query job, 8.3 s against 6.5 s;
+    a session, 7.0 s against 5.4 s).
+    """
+    return ",".join(f"local:{p}" if local else p for p in jars("spark"))
+
+
+def is_local_master(master: str) -> bool:
+    """Whether a Spark master runs everything in this JVM.
+
+    >>> [is_local_master(m) for m in ("local[2]", "local", "spark://h:7077")]
+    [True, True, False]
+    """
+    return master == "local" or master.startswith("local[")
 
 
 #: the kinds of driver JVM with a class archive (``scripts/cds_train.py``): ``session``

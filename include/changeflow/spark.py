@@ -10,7 +10,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from changeflow.jvm import ICEBERG_EXTENSIONS, cds_options, spark_jars_csv
+from changeflow.jvm import ICEBERG_EXTENSIONS, cds_options, is_local_master, spark_jars_csv
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -40,8 +40,10 @@ def get_session(app_name: str = "changeflow", *, master: str | None = None,
 
     builder = SparkSession.builder.appName(app_name)
     memory = os.environ.get("CHANGEFLOW_DRIVER_MEMORY", "4g")
+    chosen = None
     if master or not os.environ.get("SPARK_ENV_LOADED") and "spark.master" not in _conf():
-        builder = builder.master(master or os.environ.get("CHANGEFLOW_SPARK_MASTER", "local[2]"))
+        chosen = master or os.environ.get("CHANGEFLOW_SPARK_MASTER", "local[2]")
+        builder = builder.master(chosen)
     builder = (
         builder.config("spark.sql.session.timeZone", "UTC")
         .config(
@@ -69,7 +71,8 @@ def get_session(app_name: str = "changeflow", *, master: str | None = None,
     )
     builder = _with_storage(builder)
     if "spark.jars" not in _conf():  # spark-submit passes them with --jars
-        builder = builder.config("spark.jars", spark_jars_csv())
+        builder = builder.config("spark.jars", spark_jars_csv(
+            local=chosen is not None and is_local_master(chosen)))
     java_options = _conf().get("spark.driver.extraJavaOptions")
     # Quiet applies only to a JVM this call starts: a session that already runs (the
     # one a test run shares, or a job's) keeps its settings and its log level.

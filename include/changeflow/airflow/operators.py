@@ -20,6 +20,7 @@ jitter, unlike ``retry_exponential_backoff``), terminal ones fail at once.
 from __future__ import annotations
 
 import datetime as dt
+import glob
 import os
 import re
 import socket
@@ -31,6 +32,7 @@ from airflow.sdk.definitions.retry_policy import RetryDecision
 from airflow.sdk.exceptions import AirflowException, AirflowFailException, AirflowSkipException
 
 from changeflow.errors import EXIT_FAILED, EXIT_TERMINAL, EXIT_TRANSIENT
+from changeflow.jvm import is_local_master
 from changeflow.schedules import model
 
 FIRST_RETRY = dt.timedelta(seconds=30)
@@ -98,6 +100,16 @@ class ChangeflowSparkSubmitOperator(SparkSubmitOperator):
         except AirflowException as exc:
             raise self.classify(exc) from exc
 
+    def _get_hook(self) -> Any:
+        """The provider's hook; for a local master (the connection's), the jars as
+        ``local:`` URIs (:func:`changeflow.jvm.spark_jars_csv`): the executor copies them
+        from the disk, not through the driver's file server (1.5-1.8 s per job)."""
+        hook = super()._get_hook()
+        jars = hook._jars  # noqa: SLF001 (the provider keeps them there)
+        if jars and is_local_master(hook._connection["master"]):  # noqa: SLF001
+            hook._jars = local_jars(jars)  # noqa: SLF001
+        return hook
+
     def classify(self, exc: AirflowException) -> AirflowException:
         """The exception the retry policy sees for a failed spark-submit."""
         code = exit_code_of(exc)
@@ -111,6 +123,24 @@ class ChangeflowSparkSubmitOperator(SparkSubmitOperator):
                 "failure accounted for by the job (exit 1)"
             return TerminalJobError(f"{what}, not retried: {head}")
         return exc
+
+
+def local_jars(jars: str) -> str:
+    """``--jars`` (paths and globs, comma-separated) as ``local:`` URIs of the files:
+    spark-submit expands no glob of that scheme, so it is expanded here.
+
+    >>> local_jars("local:/a.jar,/no/such/dir/*.jar")
+    'local:/a.jar'
+    """
+    out = []
+    for part in jars.split(","):
+        if part.startswith("local:") or "://" in part:  # already local, or not a file
+            out.append(part)
+        elif any(c in part for c in "*?["):
+            out += [f"local:{p}" for p in sorted(glob.glob(part))]
+        else:
+            out.append(f"local:{os.path.abspath(part)}")
+    return ",".join(out)
 
 
 def job_error(text: str) -> str | None:

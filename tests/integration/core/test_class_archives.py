@@ -29,7 +29,15 @@ sys.path.insert(0, {include!r})
 from changeflow.spark import get_session
 s = get_session("cds-test")
 assert s.range(5).count() == 5
+{check}
 s.stop()
+"""
+#: a session on a local master takes the jars from the disk (``local:`` URIs), Iceberg's
+#: among them (spark-submit turns its ``--jars local:`` into paths: not checked there)
+LOCAL_JARS = """
+jars = s.sparkContext.getConf().get("spark.jars").split(",")
+assert len(jars) > 5 and all(j.startswith("local:") for j in jars), jars[:3]
+assert any("iceberg-spark-runtime" in j for j in jars), jars
 """
 
 
@@ -41,10 +49,10 @@ def _source(log: Path, cls: str = SPARK_CLASS) -> str:
     raise AssertionError(f"{cls.strip()} was never loaded (log {log})")
 
 
-def _app(tmp_path: Path) -> Path:
+def _app(tmp_path: Path, check: str = "") -> Path:
     include = str(Path(__file__).resolve().parents[3] / "include")
     app = tmp_path / "app.py"
-    app.write_text(APP.format(include=include))
+    app.write_text(APP.format(include=include, check=check))
     return app
 
 
@@ -54,7 +62,8 @@ def test_a_session_jvm_starts_from_its_archive(tmp_path: Path, cds: str) -> None
     log = tmp_path / "load.log"
     env = {**os.environ, "CHANGEFLOW_JAVA_OPTIONS": f"-Xlog:class+load=info:file={log}",
            "CHANGEFLOW_CDS": cds, "CHANGEFLOW_DRIVER_MEMORY": "1g"}
-    out = subprocess.run([sys.executable, str(_app(tmp_path))], env=env, timeout=300,
+    out = subprocess.run([sys.executable, str(_app(tmp_path, LOCAL_JARS))], env=env,
+                         timeout=300,
                          capture_output=True, text=True, check=False)
     assert out.returncode == 0, out.stderr[-2000:]
     source = _source(log)
@@ -68,8 +77,7 @@ def test_a_session_jvm_starts_from_its_archive(tmp_path: Path, cds: str) -> None
 def test_a_submitted_job_starts_from_its_archive(tmp_path: Path,
                                                   monkeypatch: pytest.MonkeyPatch) -> None:
     """The spark-submit argv the DAG's operator builds (through the provider's hook)."""
-    from airflow.providers.apache.spark.hooks.spark_submit import SparkSubmitHook
-
+    from changeflow.airflow.operators import ChangeflowSparkSubmitOperator
     from changeflow.airflow.submit import SparkJobSpec, operator_kwargs
 
     assert cds_archive("submit").is_file(), "make setup makes jars/cds/submit.jsa"
@@ -79,9 +87,11 @@ def test_a_submitted_job_starts_from_its_archive(tmp_path: Path,
                                       jars_dir=str(jars_root() / "spark")))
     log = tmp_path / "load.log"
     kw["conf"]["spark.driver.extraJavaOptions"] += f" -Xlog:class+load=info:file={log}"
-    kw.pop("application"), kw.pop("application_args")
+    kw.pop("application_args")  # the test's app takes none
     with mock.patch("subprocess.Popen"):
-        argv = SparkSubmitHook(**kw)._build_spark_submit_command(str(_app(tmp_path)))
+        argv = ChangeflowSparkSubmitOperator(task_id="t", **kw)._get_hook() \
+            ._build_spark_submit_command(str(_app(tmp_path)))
+    assert argv[argv.index("--jars") + 1].startswith("local:")  # a local master
     submit = Path(sys.executable).parent / "spark-submit"
     argv[0] = str(submit) if submit.exists() else argv[0]
     out = subprocess.run(argv, timeout=300, capture_output=True, text=True, check=False)

@@ -67,3 +67,32 @@ def test_hook_builds_the_exact_argv(monkeypatch: pytest.MonkeyPatch) -> None:
         "--driver-memory", "2g", "--name", "changeflow-apply-a1",
         "/repo/jobs/apply.py", "--config", "/c.yaml", "--name", "a1",
     ]
+
+
+@pytest.mark.airflow
+@pytest.mark.parametrize("master", ["local[2]", "spark://127.0.0.1:7077"])
+def test_the_operator_opens_the_jars_in_place_on_a_local_master(
+        master: str, tmp_path, monkeypatch: pytest.MonkeyPatch) -> None:  # type: ignore[no-untyped-def]
+    """On a local master the jars go as ``local:`` URIs (the executor copies them from
+    the disk, not through the driver's file server); a cluster's executors get them
+    served."""
+    from changeflow.airflow.operators import ChangeflowSparkSubmitOperator
+
+    monkeypatch.setenv("AIRFLOW_CONN_SPARK_DEFAULT",
+                       json.dumps({"conn_type": "spark", "host": master}))
+    folder = tmp_path / "spark"
+    folder.mkdir()
+    for name in ("b.jar", "a.jar", "notes.txt"):
+        (folder / name).write_text("x")
+    kw = operator_kwargs(SparkJobSpec("apply", "a1", "/c.yaml", "/repo/jobs",
+                                      jars_dir=str(folder)))
+    op = ChangeflowSparkSubmitOperator(task_id="t", **kw)
+    with mock.patch("subprocess.Popen") as popen:
+        argv = op._get_hook()._build_spark_submit_command(kw["application"])
+    popen.assert_not_called()
+    jars = argv[argv.index("--jars") + 1]
+    if master.startswith("local"):
+        assert jars == f"local:{folder}/a.jar,local:{folder}/b.jar"
+    else:
+        assert jars == f"{folder}/*.jar"
+    assert argv[argv.index("--driver-class-path") + 1] == f"{folder}/*"
