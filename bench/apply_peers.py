@@ -168,13 +168,10 @@ def most_deleted(spark: SparkSession, targets: Any, table: str) -> tuple[int, in
     """The snapshot of the table's history with the most position deletes (where
     merge-on-read's read cost is largest: the last before a rewrite of deleted rows),
     and how many applies (snapshots with a pass id) it holds."""
+    from changeflow.targets.tables import ancestors
+
     jt = targets.java_table(spark, table)
-    chain, snap = [], jt.currentSnapshot()
-    while snap is not None:
-        chain.append(snap)
-        parent = snap.parentId()
-        snap = jt.snapshot(parent) if parent is not None else None
-    chain.reverse()
+    chain = list(ancestors(spark, jt, jt.currentSnapshot().snapshotId()))[::-1]
     counts = [int(s.summary().get("total-position-deletes") or 0) for s in chain]
     at = max(range(len(chain)), key=lambda i: (counts[i], i))
     applies = sum(1 for s in chain[: at + 1] if s.summary().get("changeflow.pass-id"))

@@ -127,7 +127,7 @@ def maintain(spark: SparkSession, targets: IcebergTargets, table: str,
     target = int(dict(jt.properties()).get("write.target-file-size-bytes", TARGET_FILE_SIZE))
     proc, ident = f"{q(targets.name)}.system", targets.ident(table)
     v2 = int(jt.operations().current().formatVersion()) == 2
-    hot = hottest(jt, snap.snapshotId()) if v2 else 0.0  # row deltas write v2 tables only
+    hot = hottest(spark, jt, snap.snapshotId()) if v2 else 0.0  # row deltas write v2 tables only
     why = due(summary, header.buckets, policy, target, hot)
     if why is not None:
         small = small_file_bytes(summary, header.buckets, policy, target)

@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING, Any
 from changeflow.errors import TargetError
 from changeflow.targets.catalog import META, IcebergTargets, rows_of
 from changeflow.targets.rowdelta import SCRATCH
+from changeflow.targets.tables import ancestors
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -58,12 +59,8 @@ def snapshots(spark: SparkSession, targets: IcebergTargets, name: str) -> list[d
     if jt is None:
         raise TargetError(f"target table {name!r} does not exist in catalog {targets.name}")
     main = jt.currentSnapshot()
-    on_main: set[int] = set()
-    snap = main
-    while snap is not None:
-        on_main.add(snap.snapshotId())
-        parent = snap.parentId()
-        snap = None if parent is None else jt.snapshot(parent)
+    on_main = {s.snapshotId() for s in
+               ancestors(spark, jt, main.snapshotId() if main is not None else None)}
     out = []
     for s in sorted(jt.snapshots(), key=lambda s: s.sequenceNumber()):
         summary = dict(s.summary())

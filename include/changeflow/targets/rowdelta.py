@@ -34,11 +34,11 @@ import io
 import itertools
 import logging
 import uuid
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Iterable, Mapping
 from typing import TYPE_CHECKING, Any
 
 from changeflow.targets.catalog import META, IcebergTargets, TargetTable
-from changeflow.targets.tables import create_branch, drop_branch
+from changeflow.targets.tables import ancestors, create_branch, drop_branch
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -126,11 +126,11 @@ def write(spark: SparkSession, targets: IcebergTargets, table: TargetTable, bran
         delta = delta.addRows(f)
     ratio = 0.0
     if gone.num_rows:
-        summary = jt.snapshot(base).summary()
+        summary = jt.snapshot(base).summary()  # the table the pass read
         average = int(summary.get("total-records") or 0) / max(
             int(summary.get("total-data-files") or 0), 1)
         delta, ratio = _add_deletes(spark, jt, delta, base, gone, average)
-    delta = delta.set(HOTTEST, str(round(max(ratio, hottest(jt, base)), 6)))  # carried on
+    delta = delta.set(HOTTEST, str(round(max(ratio, hottest(spark, jt, base)), 6)))  # carried on
     if files or gone.num_rows:
         delta.commit()
     drop_branch(spark, targets, table.name, scratch)
@@ -149,7 +149,7 @@ def _gone(located: pa.Table, ops: pa.Table, keys: list[str]) -> pa.Table:
         "_deleted", pc.equal(both["_cf_op"], "D"))
 
 
-def hottest(jt: Any, snapshot: int | None) -> float:
+def hottest(spark: SparkSession, jt: Any, snapshot: int | None) -> float:
     """The largest share of a data file's rows deleted since the table's data files were
     last rewritten, as the row deltas up to ``snapshot`` recorded it (:data:`HOTTEST`;
     0.0 from a rewrite of data files on, or where no row delta recorded it).
@@ -157,14 +157,8 @@ def hottest(jt: Any, snapshot: int | None) -> float:
     Snapshots of other writers (Spark's ``MERGE INTO`` of partial images, a
     ``DELETE``) are passed over: their deletes are not counted.
     """
-    def chain() -> Iterator[tuple[str, Any]]:
-        snap = jt.snapshot(snapshot) if snapshot is not None else None
-        while snap is not None:
-            yield str(snap.operation()), snap.summary()
-            parent = snap.parentId()
-            snap = jt.snapshot(parent) if parent is not None else None
-
-    return hottest_of(chain())
+    return hottest_of((str(s.operation()), s.summary())
+                      for s in ancestors(spark, jt, snapshot))
 
 
 def hottest_of(chain: Iterable[tuple[str, Mapping[str, str]]]) -> float:

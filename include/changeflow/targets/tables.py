@@ -13,7 +13,8 @@ the key columns as identifier fields (``NOT NULL``), and the partition spec
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from collections.abc import Iterator
+from typing import TYPE_CHECKING, Any
 
 from changeflow import lcr
 from changeflow.errors import TargetError
@@ -148,3 +149,16 @@ def create_branch(spark: SparkSession, targets: IcebergTargets, table: str, bran
 def drop_branch(spark: SparkSession, targets: IcebergTargets, table: str, branch: str) -> None:
     """Drop a branch of a table (if it exists)."""
     spark.sql(f"ALTER TABLE {targets.ident(table)} DROP BRANCH IF EXISTS {q(branch)}")
+
+
+def ancestors(spark: SparkSession, jt: Any, snapshot: int | None) -> Iterator[Any]:
+    """A snapshot of an Iceberg table (``jt``, Java) and its ancestors, newest first, as
+    Iceberg's ``SnapshotUtil`` walks them (lazily: stop early for free); none for None."""
+    if snapshot is None:
+        return
+    jvm = spark.sparkContext._jvm  # noqa: SLF001
+    assert jvm is not None
+    it = jvm.org.apache.iceberg.util.SnapshotUtil.ancestorsBetween(jt, snapshot, None) \
+        .iterator()
+    while it.hasNext():
+        yield it.next()

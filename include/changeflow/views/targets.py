@@ -42,18 +42,31 @@ def _applies(cfg: PipelineConfig, component: str | None) -> list[ApplySpec]:
     return [a for a in cfg.applies if a.target is None and component in (None, a.name)]
 
 
+def _main(table: Any) -> Iterator[Any]:
+    """A PyIceberg table's snapshots on ``main``, newest first."""
+    meta = table.metadata
+    by_id = {s.snapshot_id: s for s in meta.snapshots}
+    current = meta.current_snapshot_id
+    while current is not None and current in by_id:
+        yield by_id[current]
+        current = by_id[current].parent_snapshot_id
+
+
+def _summary(s: Any) -> dict[str, str]:
+    return dict(s.summary.additional_properties) if s.summary else {}
+
+
+def _hottest(table: Any) -> float:
+    """:func:`changeflow.targets.rowdelta.hottest` of a PyIceberg table's ``main``."""
+    return hottest_of((s.summary.operation.value if s.summary else "", _summary(s))
+                      for s in _main(table))
+
+
 def _snapshots(table: Any, name: str) -> list[dict[str, Any]]:
     """A PyIceberg table's snapshots on ``main``, oldest first."""
-    meta = table.metadata
-    current = meta.current_snapshot_id
-    by_id = {s.snapshot_id: s for s in meta.snapshots}
-    chain = []
-    while current is not None and current in by_id:
-        chain.append(by_id[current])
-        current = by_id[current].parent_snapshot_id
     out = []
-    for s in reversed(chain):
-        summary = dict(s.summary.additional_properties) if s.summary else {}
+    for s in reversed(list(_main(table))):
+        summary = _summary(s)
         out.append({
             "table": name, "snapshot": str(s.snapshot_id),
             "committed_at": dt.datetime.fromtimestamp(s.timestamp_ms / 1000, dt.UTC),
@@ -82,18 +95,6 @@ def snapshots(cfg: PipelineConfig, component: str | None = None) -> list[dict[st
     return out
 
 
-def _chain(table: Any) -> Iterator[tuple[str, dict[str, str]]]:
-    """A PyIceberg table's snapshots on ``main``, newest first: (operation, summary)."""
-    meta = table.metadata
-    by_id = {s.snapshot_id: s for s in meta.snapshots}
-    current = meta.current_snapshot_id
-    while current is not None and current in by_id:
-        s = by_id[current]
-        yield (s.summary.operation.value if s.summary else "",
-               dict(s.summary.additional_properties) if s.summary else {})
-        current = s.parent_snapshot_id
-
-
 def targets(cfg: PipelineConfig, component: str | None = None) -> list[dict[str, Any]]:
     """One row per target table: rows, snapshots, files, rows deleted but still in data
     files (what maintenance rewrites: all of them, and the largest share of one data
@@ -108,13 +109,11 @@ def targets(cfg: PipelineConfig, component: str | None = None) -> list[dict[str,
         for ns in catalog.list_namespaces():
             for ident in catalog.list_tables(ns):
                 name = ".".join(ident)
-                snaps = _snapshots(catalog.load_table(ident), name)
-                last = snaps[-1] if snaps else {}
-                summary = {}
                 table = catalog.load_table(ident)
-                if table.metadata.current_snapshot() is not None:
-                    cur = table.metadata.current_snapshot()
-                    summary = dict(cur.summary.additional_properties) if cur.summary else {}
+                snaps = _snapshots(table, name)
+                last = snaps[-1] if snaps else {}
+                cur = table.metadata.current_snapshot()
+                summary = _summary(cur) if cur is not None else {}
                 applied = [s for s in snaps if s["positions"]]
                 rows[(spec.name, name)] = {
                     "apply": spec.name, "table": name, "rows": rows_of(summary),
@@ -123,7 +122,7 @@ def targets(cfg: PipelineConfig, component: str | None = None) -> list[dict[str,
                     "delete_files": int(summary.get("total-delete-files", 0)),
                     "deleted_rows": int(summary.get("total-position-deletes", 0))
                     + int(summary.get("total-equality-deletes", 0)),
-                    "hottest_file": f"{hottest_of(_chain(table)):.0%}",
+                    "hottest_file": f"{_hottest(table):.0%}",
                     "last_positions": applied[-1]["positions"] if applied else None,
                     "last_commit": last.get("committed_at")}
     return [rows[k] for k in sorted(rows)]
