@@ -22,15 +22,17 @@ def states(store: StateStore, queue: str = "app.q") -> dict[str, int]:
 def test_delayed_message_is_invisible_until_its_delay_passes(store: StateStore) -> None:
     make_queue(store)
     s = connect(store)
-    s.enqueue("app.q", b"later", delay=0.8)
+    # A delay long enough that a loaded CI machine cannot pass it between
+    # the commit and the second dequeue (0.8 s once did).
+    enqueued = time.monotonic()
+    s.enqueue("app.q", b"later", delay=3)
     s.enqueue("app.q", b"now")
     s.commit()
     assert states(store) == {"READY": 1, "WAITING": 1}
     assert s.dequeue("app.q", wait=0).payload == b"now"
     assert s.dequeue("app.q", wait=0) is None
-    started = time.monotonic()
-    m = s.dequeue("app.q", wait=10)
-    assert m.payload == b"later" and 0.5 < time.monotonic() - started < 3
+    m = s.dequeue("app.q", wait=15)
+    assert m.payload == b"later" and 2.9 < time.monotonic() - enqueued < 10
     s.commit()
 
 
