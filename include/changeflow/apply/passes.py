@@ -344,7 +344,8 @@ class Pass:
         staged = tcommit.stage(self.spark, self.targets, plan.table, self.pass_id, images,
                                partial=plan.partial or plan.folded_partial,
                                truncate=plan.cutoff is not None, located=plan.located())
-        return TargetWrite(plan.table, staged, expected, changed=plan.keys)
+        return TargetWrite(plan.table, staged, expected, changed=plan.keys,
+                           located=plan.located())
 
     def _rows_at(self, plan: TablePlan) -> int:
         snap = plan.table.snapshot

@@ -35,6 +35,7 @@ from changeflow.quality import results
 from changeflow.quality.policy import QualityError, QualityReport, blocking_policy, log_warnings
 from changeflow.quality.validator import validate
 from changeflow.targets import commit as tcommit
+from changeflow.targets import rowdelta
 from changeflow.targets.catalog import IcebergTargets, TargetTable
 
 if TYPE_CHECKING:
@@ -54,6 +55,9 @@ class TargetWrite:
         published: an earlier attempt of the pass published it (checked then).
         changed: the changed keys as a (cached) Spark frame, when the pass has one (else
             the check makes one of ``expected``'s keys).
+        located: where the changed keys' rows were at the snapshot the write started
+            from (Arrow: key columns and ``_l_file``, ``_l_pos``), when the pass looked
+            them up: a row delta's files then tell the keys' rows without a scan.
     """
 
     table: TargetTable
@@ -61,6 +65,7 @@ class TargetWrite:
     expected: pa.Table | None = None
     published: bool = False
     changed: DataFrame | None = None
+    located: pa.Table | None = None
 
     @property
     def checks_rows(self) -> bool:
@@ -72,9 +77,11 @@ def key_facts(spark: SparkSession, targets: IcebergTargets, w: TargetWrite) -> p
     """One row per changed key (Arrow, on the driver): the key, and whether it passes
     each per-key check.
 
-    One Spark job reads the branch: how many rows each changed key has there (the key
-    columns of the branch, semi-joined with the broadcast changed keys). The rest is a
-    join of at most as many rows as the pass changed keys.
+    How many rows each changed key has on the branch: where the pass wrote a row delta
+    (:func:`changeflow.targets.rowdelta.key_counts`), from the rows it looked up and the
+    files the branch's snapshot adds and removes, read back; otherwise one Spark job
+    reads the branch (its key columns, semi-joined with the broadcast changed keys). The
+    rest is a join of at most as many rows as the pass changed keys.
     """
     import pyarrow as pa
     import pyarrow.compute as pc
@@ -83,11 +90,17 @@ def key_facts(spark: SparkSession, targets: IcebergTargets, w: TargetWrite) -> p
     keys = w.table.key_columns
     assert w.expected is not None
     expected = w.expected
-    changed = w.changed if w.changed is not None else spark.createDataFrame(
-        expected.select(keys))
-    branch = tcommit.read_branch(spark, targets, w.staged).select(*keys)
-    after = branch.join(F.broadcast(changed), keys, "left_semi") \
-        .groupBy(*keys).agg(F.count(F.lit(1)).alias("_n")).toArrow()
+    after = None
+    jt = targets.java_table(spark, w.table.name) if w.located is not None else None
+    if jt is not None and w.staged.snapshot is not None:
+        after = rowdelta.key_counts(spark, jt, w.staged.snapshot, w.table.snapshot,
+                                    w.located, expected.select(keys))
+    if after is None:
+        changed = w.changed if w.changed is not None else spark.createDataFrame(
+            expected.select(keys))
+        branch = tcommit.read_branch(spark, targets, w.staged).select(*keys)
+        after = branch.join(F.broadcast(changed), keys, "left_semi") \
+            .groupBy(*keys).agg(F.count(F.lit(1)).alias("_n")).toArrow()
     facts = expected.join(after.cast(pa.schema(
         [expected.schema.field(k) for k in keys] + [pa.field("_n", pa.int64())])),
         keys, join_type="full outer")

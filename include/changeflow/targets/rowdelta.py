@@ -34,7 +34,7 @@ import io
 import itertools
 import logging
 import uuid
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from typing import TYPE_CHECKING, Any
 
 from changeflow.targets.catalog import META, IcebergTargets, TargetTable
@@ -288,19 +288,25 @@ def _data_files(jt: Any, snapshot: int | None, paths: set[str]
 
 def _positions(fio: Any, locations: list[str]) -> pa.Array:
     """The positions earlier delete files of one data file delete (file-scoped: every row
-    names that file): read by Arrow where it reaches the files (a local path, the object
-    store), else through the table's ``FileIO``."""
+    names that file)."""
+    return _read(fio, locations, ["pos"]).column("pos").combine_chunks()
+
+
+def _read(fio: Any, locations: list[str], columns: list[str]) -> pa.Table:
+    """Columns of the table's Parquet files: read by Arrow where it reaches the files (a
+    local path, the object store), else through the table's ``FileIO``."""
     import pyarrow as pa
     import pyarrow.parquet as pq
 
     from changeflow import storage
 
+    if not locations:
+        raise ValueError("no files to read")
     if all(loc.startswith(("/", "file:")) or storage.is_object_store(loc)
            for loc in locations):
         fs, _ = storage.filesystem(locations[0])
-        table = pq.read_table([storage.filesystem(loc)[1] for loc in locations],
-                              filesystem=fs, columns=["pos"])
-        return table.column("pos").combine_chunks()
+        return pq.read_table([storage.filesystem(loc)[1] for loc in locations],
+                             filesystem=fs, columns=columns)
     parts = []
     for loc in locations:
         stream = fio.newInputFile(loc).newStream()
@@ -308,5 +314,89 @@ def _positions(fio: Any, locations: list[str]) -> pa.Array:
             blob = bytes(stream.readAllBytes())
         finally:
             stream.close()
-        parts.append(pq.read_table(io.BytesIO(blob), columns=["pos"]).column("pos"))
-    return pa.chunked_array(parts).combine_chunks()
+        parts.append(pq.read_table(io.BytesIO(blob), columns=columns))
+    return pa.concat_tables(parts)
+
+
+def key_counts(spark: SparkSession, jt: Any, snapshot: int, base: int | None,
+               located: pa.Table, changed: pa.Table) -> pa.Table | None:
+    """How many rows each changed key has at ``snapshot``, a row delta of :func:`write`
+    on ``base``, from the files that snapshot adds and removes: no scan of the table.
+
+    The rows of the changed keys at ``snapshot`` are those at ``base`` (``located``, the
+    pass's lookup: key columns and :data:`LOCATION`) whose position no delete file of
+    ``snapshot`` deletes, and the rows of the data files ``snapshot`` adds. The delete
+    files and the data files are read as written (Iceberg's record of the snapshot's
+    changes), not taken from what the pass meant to write.
+
+    Args:
+        changed: the changed keys (key columns).
+
+    Returns:
+        The key columns and ``_n`` (keys with no row left out); None where this does not
+        hold exactly, and the caller reads the branch instead: ``snapshot`` is not a row
+        delta of this module with ``base`` as its parent, it removes data files or adds
+        other than Parquet position deletes, or a delete file it removes deletes a
+        position its new ones do not (a row would come back).
+    """
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    snap = jt.snapshot(snapshot)
+    if base is None or snap is None or snap.parentId() is None \
+            or int(snap.parentId()) != base or snap.summary().get(HOTTEST) is None:
+        return None
+    jvm = spark.sparkContext._jvm  # noqa: SLF001
+    assert jvm is not None
+    changes = jvm.org.apache.iceberg.SnapshotChanges.builderFor(jt).snapshot(snap).build()
+    if changes.removedDataFiles().iterator().hasNext():
+        return None
+    added = [str(f.location()) for f in _each(changes.addedDataFiles())]
+    deletes, removed = [], []
+    for into, files in ((deletes, changes.addedDeleteFiles()),
+                        (removed, changes.removedDeleteFiles())):
+        for d in _each(files):
+            if str(d.content()) != "POSITION_DELETES" \
+                    or not str(d.location()).endswith(".parquet"):
+                return None
+            into.append(str(d.location()))
+    fio, keys = jt.io(), changed.column_names
+    live = located.select(keys)
+    if deletes:
+        deleted = _read(fio, deletes, ["file_path", "pos"])
+        paths = pc.unique(deleted.column("file_path"))
+        at = _located_at(deleted, "file_path", "pos", paths)
+        if removed:
+            earlier = _read(fio, removed, ["file_path", "pos"])
+            kept = pc.is_in(_located_at(earlier, "file_path", "pos", paths), value_set=at)
+            if not pc.all(pc.fill_null(kept, False)).as_py():
+                return None
+        if located.num_rows:
+            gone = pc.is_in(_located_at(located, *LOCATION, paths), value_set=at)
+            live = live.filter(pc.invert(pc.fill_null(gone, False)))
+    elif removed:
+        return None
+    parts = [live.cast(changed.schema)]
+    if added:
+        new = _read(fio, added, keys).cast(changed.schema)
+        parts.append(new.join(changed, keys, join_type="left semi").select(keys))
+    rows = pa.concat_tables(parts)
+    return rows.group_by(keys).aggregate([([], "count_all")]).rename_columns(
+        [*keys, "_n"])
+
+
+def _each(iterable: Any) -> Iterator[Any]:
+    """The items of a Java ``Iterable``."""
+    it = iterable.iterator()
+    while it.hasNext():
+        yield it.next()
+
+
+def _located_at(rows: pa.Table, file_col: str, pos_col: str, paths: pa.Array) -> pa.Array:
+    """One integer per (data file, position) of ``rows``, the data file numbered by its
+    place in ``paths`` (null for a file not there)."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    code = pc.index_in(rows.column(file_col), value_set=paths).cast(pa.int64())
+    return pc.add(pc.multiply(code, 1 << 40), rows.column(pos_col).cast(pa.int64()))
