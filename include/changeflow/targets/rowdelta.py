@@ -336,8 +336,8 @@ def key_counts(spark: SparkSession, jt: Any, snapshot: int, base: int | None,
         The key columns and ``_n`` (keys with no row left out); None where this does not
         hold exactly, and the caller reads the branch instead: ``snapshot`` is not a row
         delta of this module with ``base`` as its parent, it removes data files or adds
-        other than Parquet position deletes, or a delete file it removes deletes a
-        position its new ones do not (a row would come back).
+        other than file-scoped Parquet position deletes, or a delete file it removes
+        deletes a position its new ones do not (a row would come back).
     """
     import pyarrow as pa
     import pyarrow.compute as pc
@@ -352,30 +352,31 @@ def key_counts(spark: SparkSession, jt: Any, snapshot: int, base: int | None,
     if changes.removedDataFiles().iterator().hasNext():
         return None
     added = [str(f.location()) for f in _each(changes.addedDataFiles())]
-    deletes, removed = [], []
+    deletes: list[tuple[str, str]] = []
+    removed: list[tuple[str, str]] = []
     for into, files in ((deletes, changes.addedDeleteFiles()),
                         (removed, changes.removedDeleteFiles())):
         for d in _each(files):
-            if str(d.content()) != "POSITION_DELETES" \
+            ref = d.referencedDataFile()  # file-scoped, as this module writes them
+            if str(d.content()) != "POSITION_DELETES" or ref is None \
                     or not str(d.location()).endswith(".parquet"):
                 return None
-            into.append(str(d.location()))
-    fio, keys = jt.io(), changed.column_names
-    live = located.select(keys)
-    if deletes:
-        deleted = _read(fio, deletes, ["file_path", "pos"])
-        paths = pc.unique(deleted.column("file_path"))
-        at = _located_at(deleted, "file_path", "pos", paths)
-        if removed:
-            earlier = _read(fio, removed, ["file_path", "pos"])
-            kept = pc.is_in(_located_at(earlier, "file_path", "pos", paths), value_set=at)
-            if not pc.all(pc.fill_null(kept, False)).as_py():
-                return None
-        if located.num_rows:
-            gone = pc.is_in(_located_at(located, *LOCATION, paths), value_set=at)
-            live = live.filter(pc.invert(pc.fill_null(gone, False)))
-    elif removed:
+            into.append((str(d.location()), str(ref)))
+    if removed and not deletes:
         return None
+    fio, keys, codes = jt.io(), changed.column_names, {}
+    at = _deleted_at(fio, deletes, codes)
+    if removed:
+        kept = pc.is_in(_deleted_at(fio, removed, codes), value_set=at)
+        if not pc.all(kept).as_py():
+            return None
+    live = located.select(keys)
+    if deletes and located.num_rows:
+        code = pc.index_in(located.column(LOCATION[0]), value_set=pa.array(
+            list(codes), pa.string())).cast(pa.int64())
+        gone = pc.is_in(pc.add(pc.shift_left(code, 40), located.column(LOCATION[1]).cast(
+            pa.int64())), value_set=at)
+        live = live.filter(pc.invert(pc.fill_null(gone, False)))
     parts = [live.cast(changed.schema)]
     if added:
         new = _read(fio, added, keys).cast(changed.schema)
@@ -385,18 +386,22 @@ def key_counts(spark: SparkSession, jt: Any, snapshot: int, base: int | None,
         [*keys, "_n"])
 
 
+def _deleted_at(fio: Any, files: list[tuple[str, str]], codes: dict[str, int]) -> pa.Array:
+    """One integer per position the (file-scoped) delete files delete: the data file's
+    number in ``codes`` (added there when new) and the position."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    parts = [pa.array([], pa.int64())]
+    for location, data_file in files:
+        code = codes.setdefault(data_file, len(codes))
+        pos = _read(fio, [location], ["pos"]).column("pos").combine_chunks().cast(pa.int64())
+        parts.append(pc.add(pos, code << 40))
+    return pa.concat_arrays(parts)
+
+
 def _each(iterable: Any) -> Iterator[Any]:
     """The items of a Java ``Iterable``."""
     it = iterable.iterator()
     while it.hasNext():
         yield it.next()
-
-
-def _located_at(rows: pa.Table, file_col: str, pos_col: str, paths: pa.Array) -> pa.Array:
-    """One integer per (data file, position) of ``rows``, the data file numbered by its
-    place in ``paths`` (null for a file not there)."""
-    import pyarrow as pa
-    import pyarrow.compute as pc
-
-    code = pc.index_in(rows.column(file_col), value_set=paths).cast(pa.int64())
-    return pc.add(pc.multiply(code, 1 << 40), rows.column(pos_col).cast(pa.int64()))
