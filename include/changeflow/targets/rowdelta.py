@@ -366,17 +366,16 @@ def key_counts(spark: SparkSession, jt: Any, snapshot: int, base: int | None,
         return None
     fio, keys, codes = jt.io(), changed.column_names, {}
     at = _deleted_at(fio, deletes, codes)
-    if removed:
-        kept = pc.is_in(_deleted_at(fio, removed, codes), value_set=at)
-        if not pc.all(kept).as_py():
-            return None
-    live = located.select(keys)
-    if deletes and located.num_rows:
-        code = pc.index_in(located.column(LOCATION[0]), value_set=pa.array(
-            list(codes), pa.string())).cast(pa.int64())
-        gone = pc.is_in(pc.add(pc.shift_left(code, 40), located.column(LOCATION[1]).cast(
-            pa.int64())), value_set=at)
-        live = live.filter(pc.invert(pc.fill_null(gone, False)))
+    earlier = _deleted_at(fio, removed, codes)
+    code = pc.index_in(located.column(LOCATION[0]), value_set=pa.array(
+        list(codes), pa.string())).cast(pa.int64())
+    found = pc.add(pc.shift_left(code, 40), located.column(LOCATION[1]).cast(pa.int64()))
+    # one lookup in the (large) set of deleted positions for both questions
+    hit = pc.fill_null(pc.is_in(pa.concat_arrays([earlier, found.combine_chunks()]),
+                                value_set=at), False)
+    if len(earlier) and not pc.all(hit.slice(0, len(earlier))).as_py():
+        return None
+    live = located.select(keys).filter(pc.invert(hit.slice(len(earlier))))
     parts = [live.cast(changed.schema)]
     if added:
         new = _read(fio, added, keys).cast(changed.schema)

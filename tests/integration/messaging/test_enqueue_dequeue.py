@@ -175,7 +175,7 @@ def test_wait_returns_as_soon_as_a_message_arrives(store: StateStore) -> None:
     elapsed = time.monotonic() - started
     t.join()
     assert m is not None and m.payload == b"late"
-    assert 0.4 < elapsed < 3.0, elapsed
+    assert 0.4 < elapsed < 10, elapsed  # woken by the enqueue, not the 30 s wait
 
 
 def test_no_wait_and_timed_wait_return_none(store: StateStore) -> None:
@@ -184,7 +184,7 @@ def test_no_wait_and_timed_wait_return_none(store: StateStore) -> None:
     assert s.dequeue("app.q", wait="NO_WAIT") is None
     started = time.monotonic()
     assert s.dequeue("app.q", wait=0.4) is None
-    assert 0.35 < time.monotonic() - started < 2
+    assert 0.35 < time.monotonic() - started < 5
 
 
 def test_retention_keeps_processed_messages(store: StateStore) -> None:
