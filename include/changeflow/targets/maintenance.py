@@ -11,7 +11,10 @@ the changes: only the files that need it are rewritten.
   ``files_per_bucket`` per bucket (beyond the full-size files the table's bytes fill),
   deleted rows more than ``delete_ratio`` of the table's records, or an apply has
   deleted ``delete_ratio`` of some data file's rows (the apply's row delta records the
-  largest share in the snapshot summary: :func:`changeflow.targets.rowdelta.hottest`).
+  largest share in the snapshot summary: :func:`changeflow.targets.rowdelta.hottest`;
+  after another writer's snapshot, a ``MERGE INTO`` of partial images or any write to a
+  format-version 3 table, the scan plan tells it, when the table's deleted rows could
+  make a file due at all: :func:`hottest_now`).
   It rewrites, without their deleted rows:
 
   - the *small* files: smaller than a bucket's share of the table divided by
@@ -40,7 +43,7 @@ from typing import TYPE_CHECKING, Any
 
 from changeflow.targets.catalog import IcebergTargets
 from changeflow.targets.policy import MaintenancePolicy
-from changeflow.targets.rowdelta import hottest
+from changeflow.targets.rowdelta import HOTTEST, planned_hottest
 from changeflow.targets.tables import q
 
 if TYPE_CHECKING:
@@ -127,8 +130,7 @@ def maintain(spark: SparkSession, targets: IcebergTargets, table: str,
     target = int(dict(jt.properties()).get("write.target-file-size-bytes", TARGET_FILE_SIZE))
     proc, ident = f"{q(targets.name)}.system", targets.ident(table)
     v2 = int(jt.operations().current().formatVersion()) == 2
-    hot = hottest(spark, jt, snap.snapshotId()) if v2 else 0.0  # row deltas write v2 tables only
-    why = due(summary, header.buckets, policy, target, hot)
+    why = due(summary, header.buckets, policy, target, hottest_now(jt, snap, policy))
     if why is not None:
         small = small_file_bytes(summary, header.buckets, policy, target)
         done["rewrite_data_files"] = _call(spark, why, (
@@ -158,6 +160,25 @@ def maintain(spark: SparkSession, targets: IcebergTargets, table: str,
                         f"retain_last => {policy.retain_last})").first()
         done["expire_snapshots"] = row.asDict() if row is not None else {}
     return done
+
+
+def hottest_now(jt: Any, snap: Any, policy: MaintenancePolicy) -> float:
+    """The largest share of a data file's rows deleted at a table's snapshot ``snap``
+    (Iceberg's Java ``Snapshot``), among files of at least the average rows per file.
+
+    A row delta's snapshot records it (:data:`~changeflow.targets.rowdelta.HOTTEST`).
+    Another writer's is planned (:func:`~changeflow.targets.rowdelta.planned_hottest`),
+    unless the table's deleted rows are fewer than ``delete_ratio`` of the average rows
+    per data file: then no such file can have reached the ratio (0.0, with no plan).
+    """
+    summary = dict(snap.summary())
+    if summary.get(HOTTEST) is not None:
+        return float(summary[HOTTEST])
+    records, deletes, files = _counts(summary)
+    average = records / max(files, 1)
+    if not deletes or deletes < policy.delete_ratio * average:
+        return 0.0
+    return planned_hottest(jt, snap.snapshotId(), average)
 
 
 def _call(spark: SparkSession, why: str, sql: str) -> dict[str, Any]:

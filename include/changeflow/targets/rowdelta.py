@@ -179,6 +179,32 @@ def hottest_of(chain: Iterable[tuple[str, Mapping[str, str]]]) -> float:
     return 0.0
 
 
+def planned_hottest(jt: Any, snapshot: int, average: float) -> float:
+    """The largest share of a data file's rows deleted at ``snapshot``, from the table's
+    scan plan, among the files of at least ``average`` rows: the deletes of any writer
+    (Spark's ``MERGE INTO`` and ``DELETE``, a format-version 3 table's deletion vectors)
+    that name one data file (position deletes scoped to a whole partition are not
+    counted). A look at every data file's metadata, for a snapshot no row delta wrote
+    (:data:`HOTTEST` records it for those)."""
+    ratio = 0.0
+    tasks = jt.newScan().useSnapshot(snapshot).planFiles()
+    try:
+        for task in _each(tasks):
+            f = task.file()
+            records = int(f.recordCount())
+            if not records or records < average:
+                continue
+            loc = str(f.location())
+            n = sum(int(d.recordCount()) for d in task.deletes()
+                    if str(d.content()) == "POSITION_DELETES"
+                    and d.referencedDataFile() is not None
+                    and str(d.referencedDataFile()) == loc)
+            ratio = max(ratio, min(n / records, 1.0))
+    finally:
+        tasks.close()
+    return ratio
+
+
 def _add_deletes(spark: SparkSession, jt: Any, delta: Any, base: int, gone: pa.Table,
                  average: float) -> tuple[Any, float]:
     """Write one position delete file per data file that loses rows, holding its earlier

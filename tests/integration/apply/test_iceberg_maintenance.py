@@ -191,6 +191,52 @@ def test_a_file_where_the_applies_concentrate_is_rewritten_before_the_table_is_d
                                                 MaintenancePolicy(delete_ratio=0.1))
 
 
+def test_deletion_vectors_where_the_applies_concentrate_are_found_in_the_plan(
+        spark, make_cfg, enqueue, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    """A format-version 3 table's applies write with ``MERGE INTO`` (deletion vectors),
+    which records no share: maintenance finds the file from the scan plan, and plans
+    only when the table's deleted rows could make a file due."""
+    from changeflow.targets import maintenance
+
+    cfg = make_cfg("applies: [{name: ap, queue: strmadmin.apply_q@site2, buckets: 4, "
+                   "iceberg: {format_version: 3, maintenance: {enabled: false}}}]")
+    enqueue(cfg, [row("INSERT", new=vals(id=i, name=f"n{i}"), pos=i) for i in range(400)])
+    apply_once(spark, cfg, "ap")
+    targets = targets_of(cfg, cfg.applies[0])
+    ident = targets.ident(EMP)
+    per_file = {r[0]: sorted(r[1]) for r in spark.sql(
+        f"SELECT _file, collect_list(id) FROM {ident} GROUP BY _file").collect()}
+    hot = max(per_file, key=lambda f: len(per_file[f]))
+    gone = per_file[hot][: len(per_file[hot]) * 3 // 10]  # 30% of one file
+    assert len(gone) < 0.1 * 400  # but under 10% of the table
+    enqueue(cfg, [row("DELETE", old=vals(id=i), txn="d1", scn=100, pos=i) for i in gone])
+    apply_once(spark, cfg, "ap")
+    jt = targets.java_table(spark, EMP)
+    snap = jt.currentSnapshot()
+    assert int(jt.operations().current().formatVersion()) == 3
+    assert rowdelta.HOTTEST not in dict(snap.summary())  # not a row delta's snapshot
+    policy = MaintenancePolicy(delete_ratio=0.1)
+    share = len(gone) / len(per_file[hot])
+    assert maintenance.hottest_now(jt, snap, policy) == pytest.approx(share, abs=1e-6)
+    content = table_rows(spark, cfg)
+    rewrite = maintain(spark, targets, EMP, policy)["rewrite_data_files"]
+    assert rewrite["why"] == f"a data file with {share:.0%} of its rows deleted (>= 0.1)"
+    assert rewrite["rewritten_data_files_count"] == 1
+    after = {r[0] for r in spark.sql(f"SELECT DISTINCT _file FROM {ident}").collect()}
+    assert hot not in after and set(per_file) - {hot} <= after
+    assert table_rows(spark, cfg) == content
+    # one deleted row cannot make a file of the average size due: no plan is made
+    planned: list[float] = []
+    real = maintenance.planned_hottest
+    monkeypatch.setattr(maintenance, "planned_hottest",
+                        lambda *a: planned.append(real(*a)) or planned[-1])
+    other = next(f for f in per_file if f != hot)
+    enqueue(cfg, [row("DELETE", old=vals(id=per_file[other][0]), txn="d2", scn=101, pos=0)])
+    apply_once(spark, cfg, "ap")
+    assert "rewrite_data_files" not in maintain(spark, targets, EMP, policy)
+    assert planned == []
+
+
 def test_many_delete_files_of_a_data_file_are_merged(spark, make_cfg) -> None:  # type: ignore[no-untyped-def]
     targets = _table(spark, make_cfg)
     # a table whose writers scope deletes by partition (as tables made before file scope)
