@@ -39,6 +39,7 @@ from __future__ import annotations
 import datetime as dt
 import logging
 import time
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from changeflow.targets.catalog import IcebergTargets
@@ -164,21 +165,35 @@ def maintain(spark: SparkSession, targets: IcebergTargets, table: str,
 
 def hottest_now(jt: Any, snap: Any, policy: MaintenancePolicy) -> float:
     """The largest share of a data file's rows deleted at a table's snapshot ``snap``
-    (Iceberg's Java ``Snapshot``), among files of at least the average rows per file.
+    (Iceberg's Java ``Snapshot``), among files of at least the average rows per file
+    (:func:`hottest_at`, planned with Iceberg's Java API)."""
+    return hottest_at(dict(snap.summary()), policy.delete_ratio,
+                      lambda average: planned_hottest(jt, snap.snapshotId(), average))
+
+
+def hottest_at(summary: dict[str, str], delete_ratio: float,
+               plan: Callable[[float], float]) -> float:
+    """The largest share of a data file's rows deleted at a snapshot with this summary,
+    among files of at least the average rows per file.
 
     A row delta's snapshot records it (:data:`~changeflow.targets.rowdelta.HOTTEST`).
-    Another writer's is planned (:func:`~changeflow.targets.rowdelta.planned_hottest`),
-    unless the table's deleted rows are fewer than ``delete_ratio`` of the average rows
-    per data file: then no such file can have reached the ratio (0.0, with no plan).
+    Another writer's is planned (``plan(average)``), unless the table's deleted rows are
+    fewer than ``delete_ratio`` of the average rows per data file: then no such file can
+    have reached the ratio (0.0, with no plan).
+
+    >>> hottest_at({HOTTEST: "0.25"}, 0.1, lambda avg: 1.0)
+    0.25
+    >>> s = {"total-records": "1000", "total-data-files": "10", "total-position-deletes": "9"}
+    >>> hottest_at(s, 0.1, lambda avg: 1.0), hottest_at(s, 0.05, lambda avg: avg / 1000)
+    (0.0, 0.1)
     """
-    summary = dict(snap.summary())
     if summary.get(HOTTEST) is not None:
         return float(summary[HOTTEST])
     records, deletes, files = _counts(summary)
     average = records / max(files, 1)
-    if not deletes or deletes < policy.delete_ratio * average:
+    if not deletes or deletes < delete_ratio * average:
         return 0.0
-    return planned_hottest(jt, snap.snapshotId(), average)
+    return plan(average)
 
 
 def _call(spark: SparkSession, why: str, sql: str) -> dict[str, Any]:

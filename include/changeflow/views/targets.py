@@ -15,6 +15,7 @@ from typing import Any
 from changeflow.config import ApplySpec, PipelineConfig
 from changeflow.sites import queue_site
 from changeflow.targets.catalog import IcebergTargets, rows_of
+from changeflow.targets.maintenance import hottest_at
 from changeflow.targets.read import pyiceberg_catalog
 from changeflow.targets.rowdelta import hottest_of
 from changeflow.views.common import check_component
@@ -56,10 +57,67 @@ def _summary(s: Any) -> dict[str, str]:
     return dict(s.summary.additional_properties) if s.summary else {}
 
 
-def _hottest(table: Any) -> float:
-    """:func:`changeflow.targets.rowdelta.hottest` of a PyIceberg table's ``main``."""
-    return hottest_of((s.summary.operation.value if s.summary else "", _summary(s))
-                      for s in _main(table))
+def _hottest(table: Any, delete_ratio: float) -> float:
+    """The largest share of a data file's rows deleted in a PyIceberg table, as
+    maintenance sees it (:func:`changeflow.targets.maintenance.hottest_at`).
+
+    PyIceberg does not read the data file a format-version 2 delete file names
+    (``referenced_data_file``): the share the row deltas recorded on ``main``
+    (:func:`changeflow.targets.rowdelta.hottest_of`) counts too."""
+    cur = table.metadata.current_snapshot()
+    if cur is None:
+        return 0.0
+    recorded = hottest_of((s.summary.operation.value if s.summary else "", _summary(s))
+                          for s in _main(table))
+    return max(recorded, hottest_at(_summary(cur), delete_ratio, lambda average: _planned(
+        table, cur.snapshot_id, average)))
+
+
+def _planned(table: Any, snapshot_id: int, average: float) -> float:
+    """:func:`changeflow.targets.rowdelta.planned_hottest` with PyIceberg's scan plan,
+    over the delete files whose data file it can tell: deletion vectors (from their
+    Puffin files' blob metadata, :func:`_vectors`) and Parquet position deletes whose
+    ``file_path`` bounds name one file (PyIceberg's own rule)."""
+    from pyiceberg.manifest import DataFileContent, FileFormat
+
+    from changeflow.targets.rowdelta import FILE_PATH_ID
+
+    tasks = list(table.scan(snapshot_id=snapshot_id).plan_files())
+    vectors = _vectors(table, {d.file_path for t in tasks for d in t.delete_files
+                               if d.file_format == FileFormat.PUFFIN})
+    ratio = 0.0
+    for task in tasks:
+        records, path = task.file.record_count, task.file.file_path
+        if not records or records < average:
+            continue
+        n = vectors.get(path, 0)
+        for d in task.delete_files:
+            if d.content != DataFileContent.POSITION_DELETES or d.file_format != \
+                    FileFormat.PARQUET:
+                continue
+            lo = (d.lower_bounds or {}).get(FILE_PATH_ID)
+            if lo is not None and lo == (d.upper_bounds or {}).get(FILE_PATH_ID) \
+                    and lo == path.encode():
+                n += d.record_count
+        ratio = max(ratio, min(n / records, 1.0))
+    return ratio
+
+
+def _vectors(table: Any, puffins: set[str]) -> dict[str, int]:
+    """Per data file, the rows its deletion vector deletes, from the blob metadata of
+    the Puffin files (PyIceberg does not read which data file a vector names). A newer
+    vector of a data file holds the older one's positions: the largest counts."""
+    from pyiceberg.table.puffin import PuffinFile
+
+    out: dict[str, int] = {}
+    for path in sorted(puffins):
+        with table.io.new_input(path).open() as f:
+            footer = PuffinFile(f.read()).footer
+        for blob in footer.blobs:
+            ref = blob.properties.get("referenced-data-file")
+            if blob.type == "deletion-vector-v1" and ref is not None:
+                out[ref] = max(out.get(ref, 0), int(blob.properties.get("cardinality", 0)))
+    return out
 
 
 def _snapshots(table: Any, name: str) -> list[dict[str, Any]]:
@@ -98,7 +156,7 @@ def snapshots(cfg: PipelineConfig, component: str | None = None) -> list[dict[st
 def targets(cfg: PipelineConfig, component: str | None = None) -> list[dict[str, Any]]:
     """One row per target table: rows, snapshots, files, rows deleted but still in data
     files (what maintenance rewrites: all of them, and the largest share of one data
-    file's rows, as the apply's row deltas record it), and how far it is applied.
+    file's rows, as maintenance sees it), and how far it is applied.
 
     Raises:
         UnknownComponentError: ``component`` is not an apply of the pipeline.
@@ -106,6 +164,7 @@ def targets(cfg: PipelineConfig, component: str | None = None) -> list[dict[str,
     rows: dict[tuple[str, str], dict[str, Any]] = {}
     for spec in _applies(cfg, component):
         catalog = pyiceberg_catalog(_targets(cfg, spec))
+        policy = spec.iceberg.maintenance
         for ns in catalog.list_namespaces():
             for ident in catalog.list_tables(ns):
                 name = ".".join(ident)
@@ -122,7 +181,7 @@ def targets(cfg: PipelineConfig, component: str | None = None) -> list[dict[str,
                     "delete_files": int(summary.get("total-delete-files", 0)),
                     "deleted_rows": int(summary.get("total-position-deletes", 0))
                     + int(summary.get("total-equality-deletes", 0)),
-                    "hottest_file": f"{_hottest(table):.0%}",
+                    "hottest_file": f"{_hottest(table, policy.delete_ratio):.0%}",
                     "last_positions": applied[-1]["positions"] if applied else None,
                     "last_commit": last.get("committed_at")}
     return [rows[k] for k in sorted(rows)]

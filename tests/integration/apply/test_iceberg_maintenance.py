@@ -218,6 +218,8 @@ def test_deletion_vectors_where_the_applies_concentrate_are_found_in_the_plan(
     policy = MaintenancePolicy(delete_ratio=0.1)
     share = len(gone) / len(per_file[hot])
     assert maintenance.hottest_now(jt, snap, policy) == pytest.approx(share, abs=1e-6)
+    [view] = views.targets(cfg)  # the operator's view plans it too (PyIceberg)
+    assert (view["deleted_rows"], view["hottest_file"]) == (len(gone), f"{share:.0%}")
     content = table_rows(spark, cfg)
     rewrite = maintain(spark, targets, EMP, policy)["rewrite_data_files"]
     assert rewrite["why"] == f"a data file with {share:.0%} of its rows deleted (>= 0.1)"
@@ -225,6 +227,7 @@ def test_deletion_vectors_where_the_applies_concentrate_are_found_in_the_plan(
     after = {r[0] for r in spark.sql(f"SELECT DISTINCT _file FROM {ident}").collect()}
     assert hot not in after and set(per_file) - {hot} <= after
     assert table_rows(spark, cfg) == content
+    assert views.targets(cfg)[0]["hottest_file"] == "0%"
     # one deleted row cannot make a file of the average size due: no plan is made
     planned: list[float] = []
     real = maintenance.planned_hottest
