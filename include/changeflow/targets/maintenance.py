@@ -131,7 +131,7 @@ def maintain(spark: SparkSession, targets: IcebergTargets, table: str,
     target = int(dict(jt.properties()).get("write.target-file-size-bytes", TARGET_FILE_SIZE))
     proc, ident = f"{q(targets.name)}.system", targets.ident(table)
     v2 = int(jt.operations().current().formatVersion()) == 2
-    why = due(summary, header.buckets, policy, target, hottest_now(jt, snap, policy))
+    why = due(summary, header.buckets, policy, target, hottest_now(spark, jt, snap, policy))
     if why is not None:
         small = small_file_bytes(summary, header.buckets, policy, target)
         done["rewrite_data_files"] = _call(spark, why, (
@@ -163,12 +163,12 @@ def maintain(spark: SparkSession, targets: IcebergTargets, table: str,
     return done
 
 
-def hottest_now(jt: Any, snap: Any, policy: MaintenancePolicy) -> float:
+def hottest_now(spark: SparkSession, jt: Any, snap: Any, policy: MaintenancePolicy) -> float:
     """The largest share of a data file's rows deleted at a table's snapshot ``snap``
     (Iceberg's Java ``Snapshot``), among files of at least the average rows per file
     (:func:`hottest_at`, planned with Iceberg's Java API)."""
     return hottest_at(dict(snap.summary()), policy.delete_ratio,
-                      lambda average: planned_hottest(jt, snap.snapshotId(), average))
+                      lambda average: planned_hottest(spark, jt, snap.snapshotId(), average))
 
 
 def hottest_at(summary: dict[str, str], delete_ratio: float,

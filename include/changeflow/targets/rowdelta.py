@@ -125,12 +125,15 @@ def write(spark: SparkSession, targets: IcebergTargets, table: TargetTable, bran
     for f in files:
         delta = delta.addRows(f)
     ratio = 0.0
+    summary = jt.snapshot(base).summary()  # the table the pass read
+    average = int(summary.get("total-records") or 0) / max(
+        int(summary.get("total-data-files") or 0), 1)
     if gone.num_rows:
-        summary = jt.snapshot(base).summary()  # the table the pass read
-        average = int(summary.get("total-records") or 0) / max(
-            int(summary.get("total-data-files") or 0), 1)
         delta, ratio = _add_deletes(spark, jt, delta, base, gone, average)
-    delta = delta.set(HOTTEST, str(round(max(ratio, hottest(spark, jt, base)), 6)))  # carried on
+    before = hottest(spark, jt, base)  # carried on; planned after another writer's deletes
+    if before is None:
+        before = planned_hottest(spark, jt, base, average)
+    delta = delta.set(HOTTEST, str(round(max(ratio, before), 6)))
     if files or gone.num_rows:
         delta.commit()
     drop_branch(spark, targets, table.name, scratch)
@@ -149,43 +152,55 @@ def _gone(located: pa.Table, ops: pa.Table, keys: list[str]) -> pa.Table:
         "_deleted", pc.equal(both["_cf_op"], "D"))
 
 
-def hottest(spark: SparkSession, jt: Any, snapshot: int | None) -> float:
+def hottest(spark: SparkSession, jt: Any, snapshot: int | None) -> float | None:
     """The largest share of a data file's rows deleted since the table's data files were
     last rewritten, as the row deltas up to ``snapshot`` recorded it (:data:`HOTTEST`;
-    0.0 from a rewrite of data files on, or where no row delta recorded it).
-
-    Snapshots of other writers (Spark's ``MERGE INTO`` of partial images, a
-    ``DELETE``) are passed over: their deletes are not counted.
+    0.0 from a rewrite of data files on, or where no row delta recorded it); None where
+    another writer (Spark's ``MERGE INTO`` of partial images, a ``DELETE``) deleted rows
+    since: only the scan plan tells (:func:`planned_hottest`).
     """
     return hottest_of((str(s.operation()), s.summary())
                       for s in ancestors(spark, jt, snapshot))
 
 
-def hottest_of(chain: Iterable[tuple[str, Mapping[str, str]]]) -> float:
+def hottest_of(chain: Iterable[tuple[str, Mapping[str, str]]], *,
+               others: bool = True) -> float | None:
     """:func:`hottest` over a table's snapshots, newest first, as (operation, summary):
-    any reader's view of the metadata (Iceberg's Java API, PyIceberg).
+    any reader's view of the metadata (Iceberg's Java API, PyIceberg). With ``others``
+    false, other writers' deletes are passed over (what the row deltas recorded).
 
     >>> hottest_of([("append", {}), ("overwrite", {HOTTEST: "0.25"})])
     0.25
     >>> hottest_of([("replace", {"deleted-data-files": "3"}),
     ...             ("overwrite", {HOTTEST: "0.25"})])
     0.0
+    >>> chain = [("delete", {"added-position-deletes": "7"}),
+    ...          ("overwrite", {HOTTEST: "0.25"})]
+    >>> hottest_of(chain) is None, hottest_of(chain, others=False)
+    (True, 0.25)
     """
     for operation, summary in itertools.islice(chain, _LOOKBACK):
         if summary.get(HOTTEST) is not None:
             return float(summary.get(HOTTEST))
-        if operation == "replace" and summary.get("deleted-data-files"):
-            return 0.0
+        if operation == "replace":
+            if summary.get("deleted-data-files"):
+                return 0.0
+        elif others and (int(summary.get("added-position-deletes") or 0)
+                         or int(summary.get("added-dvs") or 0)):
+            return None
     return 0.0
 
 
-def planned_hottest(jt: Any, snapshot: int, average: float) -> float:
+def planned_hottest(spark: SparkSession, jt: Any, snapshot: int, average: float) -> float:
     """The largest share of a data file's rows deleted at ``snapshot``, from the table's
     scan plan, among the files of at least ``average`` rows: the deletes of any writer
     (Spark's ``MERGE INTO`` and ``DELETE``, a format-version 3 table's deletion vectors)
     that name one data file (position deletes scoped to a whole partition are not
     counted). A look at every data file's metadata, for a snapshot no row delta wrote
     (:data:`HOTTEST` records it for those)."""
+    jvm = spark.sparkContext._jvm  # noqa: SLF001
+    assert jvm is not None
+    named = jvm.org.apache.iceberg.util.ContentFileUtil.referencedDataFileLocation
     ratio = 0.0
     tasks = jt.newScan().useSnapshot(snapshot).planFiles()
     try:
@@ -195,10 +210,9 @@ def planned_hottest(jt: Any, snapshot: int, average: float) -> float:
             if not records or records < average:
                 continue
             loc = str(f.location())
+            # the one data file a delete file names: its field, or equal path bounds
             n = sum(int(d.recordCount()) for d in task.deletes()
-                    if str(d.content()) == "POSITION_DELETES"
-                    and d.referencedDataFile() is not None
-                    and str(d.referencedDataFile()) == loc)
+                    if str(d.content()) == "POSITION_DELETES" and named(d) == loc)
             ratio = max(ratio, min(n / records, 1.0))
     finally:
         tasks.close()

@@ -67,8 +67,8 @@ def _hottest(table: Any, delete_ratio: float) -> float:
     cur = table.metadata.current_snapshot()
     if cur is None:
         return 0.0
-    recorded = hottest_of((s.summary.operation.value if s.summary else "", _summary(s))
-                          for s in _main(table))
+    recorded = hottest_of(((s.summary.operation.value if s.summary else "", _summary(s))
+                           for s in _main(table)), others=False) or 0.0
     return max(recorded, hottest_at(_summary(cur), delete_ratio, lambda average: _planned(
         table, cur.snapshot_id, average)))
 

@@ -189,6 +189,14 @@ def test_a_file_where_the_applies_concentrate_is_rewritten_before_the_table_is_d
     assert float(jt.currentSnapshot().summary()[rowdelta.HOTTEST]) < 0.1
     assert "rewrite_data_files" not in maintain(spark, targets, EMP,
                                                 MaintenancePolicy(delete_ratio=0.1))
+    # another writer deletes 40% of a file: the next row delta counts it (from the plan)
+    many = per_file[other][1:len(per_file[other]) * 4 // 10]
+    spark.sql(f"DELETE FROM {ident} WHERE id IN ({', '.join(map(str, many))})")
+    enqueue(cfg, [row("INSERT", new=vals(id=2000, name="x"), txn="i5", scn=104, pos=0)])
+    apply_once(spark, cfg, "ap")
+    jt.refresh()
+    assert float(jt.currentSnapshot().summary()[rowdelta.HOTTEST]) == pytest.approx(
+        (len(many) + 2) / len(per_file[other]), abs=1e-6)
 
 
 def test_deletion_vectors_where_the_applies_concentrate_are_found_in_the_plan(
@@ -217,7 +225,7 @@ def test_deletion_vectors_where_the_applies_concentrate_are_found_in_the_plan(
     assert rowdelta.HOTTEST not in dict(snap.summary())  # not a row delta's snapshot
     policy = MaintenancePolicy(delete_ratio=0.1)
     share = len(gone) / len(per_file[hot])
-    assert maintenance.hottest_now(jt, snap, policy) == pytest.approx(share, abs=1e-6)
+    assert maintenance.hottest_now(spark, jt, snap, policy) == pytest.approx(share, abs=1e-6)
     [view] = views.targets(cfg)  # the operator's view plans it too (PyIceberg)
     assert (view["deleted_rows"], view["hottest_file"]) == (len(gone), f"{share:.0%}")
     content = table_rows(spark, cfg)
