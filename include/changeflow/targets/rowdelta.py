@@ -12,8 +12,10 @@ rows lives. A ``MERGE INTO`` would scan the table again to find the same rows. I
 2. the located rows of every changed key are deleted by position: one Parquet position
    delete file per data file (Iceberg's file-scoped deletes, the layout Spark's
    merge-on-read writes), stored through the table's own ``FileIO`` in its data location
-   and partition. As Spark's writer does with file-scoped deletes, the file also holds
-   the positions of the data file's earlier delete files, which the commit removes: a
+   and partition, with the ``file_path`` and ``pos`` bounds Spark's writer records (other
+   readers match a delete file to its one data file by them). As Spark's writer does
+   with file-scoped deletes, the file also holds the positions of the data file's
+   earlier delete files, which the commit removes: a
    reader opens one delete file per data file, however many applies changed it;
 3. both, the new data files and the delete files, are committed to the branch in one
    ``RowDelta``: one snapshot per pass and table, as a ``MERGE INTO`` makes. Its summary
@@ -284,9 +286,27 @@ def _add_deletes(spark: SparkSession, jt: Any, delta: Any, base: int, gone: pa.T
             jvm.org.apache.iceberg.FileMetadata.deleteFileBuilder(spec).ofPositionDeletes()
             .withPath(where).withFormat("parquet").withFileSizeInBytes(len(blob))
             .withRecordCount(part.num_rows).withPartition(partition)
-            .withReferencedDataFile(path).build())
+            .withMetrics(_bounds(jvm, path, part)).withReferencedDataFile(path).build())
         start = end
     return delta, ratio
+
+
+def _bounds(jvm: Any, path: str, part: pa.Table) -> Any:
+    """A position delete file's metrics as Spark's writer records them: its row count and
+    the bounds of ``file_path`` (equal: readers such as PyIceberg, DuckDB and Trino match
+    the file to its one data file by them, not to every data file of the partition) and
+    of ``pos``."""
+    import pyarrow.compute as pc
+
+    wrap = jvm.java.nio.ByteBuffer.wrap  # Iceberg's single-value forms, made here
+    lo, hi = jvm.java.util.HashMap(), jvm.java.util.HashMap()
+    name = wrap(bytearray(path.encode()))
+    lo.put(FILE_PATH_ID, name)
+    hi.put(FILE_PATH_ID, name)
+    low, high = (v.as_py() for v in pc.min_max(part.column("pos")).values())
+    lo.put(POS_ID, wrap(bytearray(int(low).to_bytes(8, "little", signed=True))))
+    hi.put(POS_ID, wrap(bytearray(int(high).to_bytes(8, "little", signed=True))))
+    return jvm.org.apache.iceberg.Metrics(part.num_rows, None, None, None, None, lo, hi)
 
 
 def _data_files(jt: Any, snapshot: int | None, paths: set[str]

@@ -62,8 +62,9 @@ def _hottest(table: Any, delete_ratio: float) -> float:
     maintenance sees it (:func:`changeflow.targets.maintenance.hottest_at`).
 
     PyIceberg does not read the data file a format-version 2 delete file names
-    (``referenced_data_file``): the share the row deltas recorded on ``main``
-    (:func:`changeflow.targets.rowdelta.hottest_of`) counts too."""
+    (``referenced_data_file``), only its ``file_path`` bounds (which the row deltas'
+    delete files carry, as Spark's do): the share the row deltas recorded on ``main``
+    (:func:`changeflow.targets.rowdelta.hottest_of`) counts too, for older files."""
     cur = table.metadata.current_snapshot()
     if cur is None:
         return 0.0

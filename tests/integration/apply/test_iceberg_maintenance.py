@@ -138,6 +138,14 @@ def test_an_apply_keeps_one_delete_file_per_data_file(
     assert int(summary["total-delete-files"]) == len(base)
     assert int(summary["total-position-deletes"]) == 120
     assert table_rows(spark, cfg) == [(i, f"n{i}") for i in range(120, 400)]
+    # as another reader plans it (PyIceberg): each delete file's file_path bounds name
+    # its one data file, so a reader opens it for that file alone
+    from changeflow.targets.read import pyiceberg_catalog
+
+    tasks = list(pyiceberg_catalog(targets).load_table(EMP).scan().plan_files())
+    named = [(t.file.file_path.encode(), d.lower_bounds.get(rowdelta.FILE_PATH_ID),
+              d.upper_bounds.get(rowdelta.FILE_PATH_ID)) for t in tasks for d in t.delete_files]
+    assert len(named) == len(base) and all(p == lo == hi for p, lo, hi in named)
     policy = MaintenancePolicy(files_per_bucket=2, delete_ratio=0.5)
     assert maintain(spark, targets, EMP, policy) == {}  # nothing due
 
