@@ -158,6 +158,39 @@ def test_bad_dequeue_options(typed: StateStore) -> None:
                 lambda kw=kw: s.dequeue("app.q", consumer="shipping", **{"wait": 0, **kw}))
 
 
+def test_a_refusal_is_never_taken_from_the_cache(store: StateStore) -> None:
+    """A session that read a queue as stopped reads it again before refusing: another
+    process may have started it (the enqueue succeeds) or dropped it (it says so)."""
+    import time
+
+    from sqlalchemy import update
+
+    from changeflow.messaging.cache import MAX_AGE
+    from changeflow.state import schema
+
+    make_queue(store)
+    s = connect(store)
+    s.enqueue("app.q", b"1", commit=True)
+
+    def set_queue(**values: object) -> None:  # what another process's admin call does
+        with store.begin() as conn:
+            conn.execute(update(schema.queues).where(schema.queues.c.name == "app.q")
+                         .values(**values))
+
+    set_queue(enqueue_enabled=False)
+    time.sleep(MAX_AGE + 0.1)  # the next enqueue reads the entry again: stopped
+    refused(store, QueueStoppedError, "stopped for enqueue",
+            lambda: s.enqueue("app.q", b"2", commit=True))
+    set_queue(enqueue_enabled=True)
+    assert s.enqueue("app.q", b"3", commit=True)
+    set_queue(enqueue_enabled=False)
+    time.sleep(MAX_AGE + 0.1)
+    refused(store, QueueStoppedError, "stopped for enqueue",
+            lambda: s.enqueue("app.q", b"4", commit=True))
+    set_queue(status="dropped")
+    refused(store, QueueNotFoundError, "dropped", lambda: s.enqueue("app.q", b"5", commit=True))
+
+
 def test_a_stop_by_another_process_is_seen_at_once(store: StateStore) -> None:
     from sqlalchemy import update
 
