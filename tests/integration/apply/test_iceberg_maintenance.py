@@ -121,6 +121,20 @@ def _applied_table(spark: Any, make_cfg: Any, enqueue: Any) -> tuple[Any, Any]:
     return cfg, targets_of(cfg, cfg.applies[0])
 
 
+def _concentrated_deletes(spark: Any, cfg: Any, ident: str, enqueue: Any
+                          ) -> tuple[dict[str, list[int]], str, list[int]]:
+    """Apply the deletion of 30% of the largest data file's rows (under 10% of the
+    table's 400); the ids per data file before, that file, and the ids deleted."""
+    per_file = {r[0]: sorted(r[1]) for r in spark.sql(
+        f"SELECT _file, collect_list(id) FROM {ident} GROUP BY _file").collect()}
+    hot = max(per_file, key=lambda f: len(per_file[f]))
+    gone = per_file[hot][: len(per_file[hot]) * 3 // 10]  # 30% of one file
+    assert len(gone) < 0.1 * 400  # but under 10% of the table
+    enqueue(cfg, [row("DELETE", old=vals(id=i), txn="d1", scn=100, pos=i) for i in gone])
+    apply_once(spark, cfg, "ap")
+    return per_file, hot, gone
+
+
 def test_an_apply_keeps_one_delete_file_per_data_file(
         spark, make_cfg, enqueue) -> None:  # type: ignore[no-untyped-def]
     cfg, targets = _applied_table(spark, make_cfg, enqueue)
@@ -154,13 +168,7 @@ def test_a_file_where_the_applies_concentrate_is_rewritten_before_the_table_is_d
         spark, make_cfg, enqueue) -> None:  # type: ignore[no-untyped-def]
     cfg, targets = _applied_table(spark, make_cfg, enqueue)
     ident = targets.ident(EMP)
-    per_file = {r[0]: sorted(r[1]) for r in spark.sql(
-        f"SELECT _file, collect_list(id) FROM {ident} GROUP BY _file").collect()}
-    hot = max(per_file, key=lambda f: len(per_file[f]))
-    gone = per_file[hot][: len(per_file[hot]) * 3 // 10]  # 30% of one file
-    assert len(gone) < 0.1 * 400  # but under 10% of the table
-    enqueue(cfg, [row("DELETE", old=vals(id=i), txn="d1", scn=100, pos=i) for i in gone])
-    apply_once(spark, cfg, "ap")
+    per_file, hot, gone = _concentrated_deletes(spark, cfg, ident, enqueue)
     jt = targets.java_table(spark, EMP)
     recorded = float(jt.currentSnapshot().summary()[rowdelta.HOTTEST])
     assert recorded == pytest.approx(len(gone) / len(per_file[hot]), abs=1e-6)
@@ -220,13 +228,7 @@ def test_deletion_vectors_where_the_applies_concentrate_are_found_in_the_plan(
     apply_once(spark, cfg, "ap")
     targets = targets_of(cfg, cfg.applies[0])
     ident = targets.ident(EMP)
-    per_file = {r[0]: sorted(r[1]) for r in spark.sql(
-        f"SELECT _file, collect_list(id) FROM {ident} GROUP BY _file").collect()}
-    hot = max(per_file, key=lambda f: len(per_file[f]))
-    gone = per_file[hot][: len(per_file[hot]) * 3 // 10]  # 30% of one file
-    assert len(gone) < 0.1 * 400  # but under 10% of the table
-    enqueue(cfg, [row("DELETE", old=vals(id=i), txn="d1", scn=100, pos=i) for i in gone])
-    apply_once(spark, cfg, "ap")
+    per_file, hot, gone = _concentrated_deletes(spark, cfg, ident, enqueue)
     jt = targets.java_table(spark, EMP)
     snap = jt.currentSnapshot()
     assert int(jt.operations().current().formatVersion()) == 3
