@@ -26,6 +26,7 @@ import time
 import urllib.error
 import urllib.request
 import uuid
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -94,6 +95,24 @@ def _stop(proc: subprocess.Popen[bytes] | None, timeout: float = 20.0) -> None:
         proc.wait()
 
 
+def cluster_id(draw: Callable[[], uuid.UUID] = uuid.uuid4) -> str:
+    """A random KRaft cluster id that the storage tool's arguments accept.
+
+    Kafka ids are URL-safe base64, which may begin with ``-``; the tool's
+    argument parser then reads the id as an option and refuses the format
+    (one start in 64 failed so).  Like Kafka's own ``Uuid.randomUuid``, draw
+    again until the id does not begin with ``-``.
+
+    >>> ids = iter([uuid.UUID(bytes=b"\\xf8" + bytes(15)), uuid.UUID(int=7)])
+    >>> cluster_id(lambda: next(ids))
+    'AAAAAAAAAAAAAAAAAAAABw'
+    """
+    while True:
+        text = base64.urlsafe_b64encode(draw().bytes).decode().rstrip("=")
+        if not text.startswith("-"):
+            return text
+
+
 class KafkaBroker:
     """A single-node KRaft broker on 127.0.0.1: :meth:`start` it, :meth:`stop` it.
 
@@ -140,7 +159,7 @@ class KafkaBroker:
         """Format the storage and start the broker; returns when it listens."""
         self.root.mkdir(parents=True, exist_ok=True)
         props = self._properties()
-        cluster = base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
+        cluster = cluster_id()
         done = subprocess.run(_java(self.root, "storage", "kafka.tools.StorageTool",
                                     ["format", "-t", cluster, "-c", str(props)]),
                               capture_output=True, text=True, check=False)
