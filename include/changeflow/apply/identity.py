@@ -20,6 +20,7 @@ from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
 from changeflow.errors import TargetError
+from changeflow.jvm import java_dict
 from changeflow.targets import commit as tcommit
 
 if TYPE_CHECKING:
@@ -90,7 +91,7 @@ def base(spark: SparkSession, targets: IcebergTargets, header: TargetTable,
     if found is None:
         return header, None
     first, parent = found
-    summary = dict(jt.currentSnapshot().summary())
+    summary = java_dict(jt.currentSnapshot().summary())
     log.info("table %s holds pass %s already (snapshot %s): not written again",
              header.name, pid, first)
     return replace(header, snapshot=parent), summary

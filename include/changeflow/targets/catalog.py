@@ -29,6 +29,7 @@ from sqlalchemy.engine import Connection, make_url
 
 from changeflow import lcr
 from changeflow.errors import ConfigError, TargetError
+from changeflow.jvm import java_dict
 from changeflow.state import StateStore, utcnow
 from changeflow.state.schema_apply import dropped_tables, target_stats
 
@@ -225,7 +226,7 @@ class IcebergTargets:
         if jt is None:
             return 0
         snap = jt.currentSnapshot() if snapshot is None else jt.snapshot(snapshot)
-        return 0 if snap is None else rows_of(dict(snap.summary()))
+        return 0 if snap is None else rows_of(java_dict(snap.summary()))
 
     # -- tables dropped by DDL (kept in the state store) -----------------------------------
     def dropped(self, table: str) -> dict[str, Any] | None:
@@ -303,7 +304,7 @@ def header_of(spark: SparkSession, table: str, jt: Any) -> TargetTable:
             raise TargetError(f"target table {table}: column {f.name!r} is "
                               f"{f.dataType.simpleString()}, not a type of the LCR contract")
         cols.append((f.name, ltype))
-    props = dict(jt.properties())
+    props = java_dict(jt.properties())
     keys = [k for k in props.get(KEY_PROPERTY, "").split(",") if k]
     if not keys:
         keys = sorted(jt.schema().identifierFieldNames())

@@ -34,6 +34,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from changeflow.errors import TargetError, TransientError
+from changeflow.jvm import java_dict
 from changeflow.targets import rowdelta
 from changeflow.targets.catalog import META, IcebergTargets, TargetTable, rows_of
 from changeflow.targets.tables import create_branch, drop_branch, q
@@ -150,11 +151,11 @@ def stage(spark: SparkSession, targets: IcebergTargets, table: TargetTable, pass
     assert jt is not None
     ref = jt.refs().get(branch)
     staged.snapshot = ref.snapshotId()
-    staged.summary = dict(jt.snapshot(staged.snapshot).summary())
+    staged.summary = java_dict(jt.snapshot(staged.snapshot).summary())
     if staged.summary.get(PASS_ID) == pass_id:
         staged.changed = changed_rows(staged.summary) if changed is None else changed
     if table.snapshot is not None and not truncate:  # a TRUNCATE starts from nothing
-        staged.rows_before = rows_of(dict(jt.snapshot(table.snapshot).summary()))
+        staged.rows_before = rows_of(java_dict(jt.snapshot(table.snapshot).summary()))
     return staged
 
 

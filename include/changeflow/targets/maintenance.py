@@ -42,6 +42,7 @@ import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
+from changeflow.jvm import java_dict
 from changeflow.targets.catalog import IcebergTargets
 from changeflow.targets.policy import MaintenancePolicy
 from changeflow.targets.rowdelta import HOTTEST, planned_hottest
@@ -127,8 +128,9 @@ def maintain(spark: SparkSession, targets: IcebergTargets, table: str,
     snap = jt.currentSnapshot() if jt is not None else None
     if snap is None:
         return done
-    summary = dict(snap.summary())
-    target = int(dict(jt.properties()).get("write.target-file-size-bytes", TARGET_FILE_SIZE))
+    summary = java_dict(snap.summary())
+    target = int(java_dict(jt.properties()).get("write.target-file-size-bytes",
+                                                TARGET_FILE_SIZE))
     proc, ident = f"{q(targets.name)}.system", targets.ident(table)
     v2 = int(jt.operations().current().formatVersion()) == 2
     why = due(summary, header.buckets, policy, target, hottest_now(spark, jt, snap, policy))
@@ -142,7 +144,7 @@ def maintain(spark: SparkSession, targets: IcebergTargets, table: str,
         log.info("table %s: rewrote data files (%s): %s", table, why,
                  done["rewrite_data_files"])
         jt.refresh()
-        summary = dict(jt.currentSnapshot().summary())
+        summary = java_dict(jt.currentSnapshot().summary())
     deletes = int(summary.get("total-delete-files", 0))
     files = int(summary.get("total-data-files", 0))
     if deletes > files and v2:
@@ -167,7 +169,7 @@ def hottest_now(spark: SparkSession, jt: Any, snap: Any, policy: MaintenancePoli
     """The largest share of a data file's rows deleted at a table's snapshot ``snap``
     (Iceberg's Java ``Snapshot``), among files of at least the average rows per file
     (:func:`hottest_at`, planned with Iceberg's Java API)."""
-    return hottest_at(dict(snap.summary()), policy.delete_ratio,
+    return hottest_at(java_dict(snap.summary()), policy.delete_ratio,
                       lambda average: planned_hottest(spark, jt, snap.snapshotId(), average))
 
 

@@ -170,3 +170,20 @@ def test_upgrade_converts_an_old_target_and_the_apply_goes_on(
                       txn="t3", scn=30)])
     assert apply_once(spark, cfg, "ap").transactions == 1
     assert table_rows(spark, cfg) == [(1, "a", "n1"), (3, "c3", "n3")]
+
+
+def test_java_maps_cross_in_one_call_equal_to_py4j(spark, make_cfg, enqueue
+                                                   ) -> None:  # type: ignore[no-untyped-def]
+    from changeflow.jvm import java_dict
+
+    cfg = make_cfg(APPLY)
+    enqueue(cfg, [row("INSERT", new=vals(id=i, name=f"n{i}"), pos=i) for i in (1, 2)])
+    apply_once(spark, cfg, "ap")
+    jt = targets_of(cfg, cfg.applies[0]).java_table(spark, "hr.emp")
+    jt.updateProperties().set("cf.test", 'quo"te, {brace}=é\n').commit()
+    jt.refresh()
+    for jmap in (jt.currentSnapshot().summary(), jt.properties()):
+        expected = dict(jmap)  # py4j, entry by entry
+        assert java_dict(jmap) == expected and len(expected) > 3
+    assert java_dict(jt.properties())["cf.test"] == 'quo"te, {brace}=é\n'
+    assert java_dict(jt.currentSnapshot().summary())["added-records"] == "2"
