@@ -20,6 +20,7 @@ property ``changeflow.key-columns``; rows are partitioned by ``bucket(N, first k
 from __future__ import annotations
 
 import json
+import re
 import threading
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
@@ -308,10 +309,8 @@ def header_of(spark: SparkSession, table: str, jt: Any) -> TargetTable:
     keys = [k for k in props.get(KEY_PROPERTY, "").split(",") if k]
     if not keys:
         keys = sorted(jt.schema().identifierFieldNames())
-    buckets = 1
-    for pf in jt.spec().fields():
-        text = pf.transform().toString()  # "bucket[16]"
-        if text.startswith("bucket["):
-            buckets = int(text[len("bucket["):-1])
+    # the spec in one call: "[\n  1000: id_bucket: bucket[16](1)\n]"
+    found = re.findall(r": bucket\[(\d+)\]\(", str(jt.spec().toString()))
+    buckets = int(found[-1]) if found else 1
     snap = jt.currentSnapshot()
     return TargetTable(table, keys, cols, buckets, None if snap is None else snap.snapshotId())

@@ -172,14 +172,19 @@ def test_upgrade_converts_an_old_target_and_the_apply_goes_on(
     assert table_rows(spark, cfg) == [(1, "a", "n1"), (3, "c3", "n3")]
 
 
-def test_java_maps_cross_in_one_call_equal_to_py4j(spark, make_cfg, enqueue
+def test_table_metadata_crosses_in_few_calls_equal_to_py4j(spark, make_cfg, enqueue
                                                    ) -> None:  # type: ignore[no-untyped-def]
     from changeflow.jvm import java_dict
 
     cfg = make_cfg(APPLY)
     enqueue(cfg, [row("INSERT", new=vals(id=i, name=f"n{i}"), pos=i) for i in (1, 2)])
     apply_once(spark, cfg, "ap")
-    jt = targets_of(cfg, cfg.applies[0]).java_table(spark, "hr.emp")
+    tgt = targets_of(cfg, cfg.applies[0])
+    jt = tgt.java_table(spark, "hr.emp")
+    # the header reads the bucket count from the spec's text (one call, not a walk)
+    assert tgt.get(spark, "hr.emp").buckets == 2
+    spark.sql(f"CREATE TABLE {tgt.ident('hr.plain')} (id bigint) USING iceberg")
+    assert tgt.get(spark, "hr.plain").buckets == 1
     jt.updateProperties().set("cf.test", 'quo"te, {brace}=é\n').commit()
     jt.refresh()
     for jmap in (jt.currentSnapshot().summary(), jt.properties()):
