@@ -175,3 +175,33 @@ def test_enable_resumes_the_open_window_at_once(airflow: AirflowServer, project:
           f"({time.monotonic() - enabled:.1f} s after it was typed)")
     assert sorted(probe.arrived(cfg, "strmadmin.q@site2", "apply:ap")) == ["before", "p1", "p2"]
     assert_takes_window(airflow, made)
+
+
+def test_enable_of_a_schedule_whose_dag_an_operator_unpaused(airflow: AirflowServer,
+                                                             project: Path) -> None:
+    """The schedule is disabled without Airflow (``--no-airflow``): the window job stops,
+    and the plugin's listener pauses the DAG once the window's run ends. An operator then
+    unpauses the DAG in Airflow while the schedule is still disabled: nothing is
+    delivered. The enable finds the DAG unpaused and the window's run made: it gives the
+    window a run without a logical date at once, and the scheduler makes no second one."""
+    cfg = load_config(project / "p.yaml")
+    wait_arrival(cfg, "p2", 240)  # the test before left the window running
+    out = cli(airflow, project, "disable", "live", "--no-airflow")
+    assert "schedule only" in out, out
+    deadline = time.monotonic() + 120
+    while not airflow.api("GET", f"/api/v2/dags/{LIVE}")["is_paused"]:
+        assert time.monotonic() < deadline, ("the listener did not pause the DAG",
+                                             brief(airflow.runs(LIVE)))
+        time.sleep(0.5)
+    assert schedule_store(cfg, "live").require("live").process is None
+    airflow.api("PATCH", f"/api/v2/dags/{LIVE}", {"is_paused": False})
+    probe.enqueue_probes(cfg, "strmadmin.q@site1", ["u1"], scn=20)
+    time.sleep(5)
+    assert "u1" not in probe.arrived(cfg, "strmadmin.q@site2", "apply:ap")  # disabled
+    assert airflow.api("GET", f"/api/v2/dags/{LIVE}")["is_paused"] is False
+    made = enable(airflow, project)
+    assert made["run_type"] == "manual", made  # the window had its run: the enable's is new
+    wait_arrival(cfg, "u1", 240)
+    assert sorted(probe.arrived(cfg, "strmadmin.q@site2", "apply:ap")) == [
+        "before", "p1", "p2", "u1"]
+    assert_takes_window(airflow, made)
