@@ -10,8 +10,9 @@ An entry is read in one read transaction, the dictionary version first
   :func:`changeflow.messaging.dictionary.version_guard`); when one does not, the
   caller drops the entry (:meth:`Dictionary.forget`) and prepares again.
 
-Privilege checks of secure queues are remembered per entry when they pass (a refusal
-is never cached: it is re-checked, and raised, every time).
+Privilege checks of secure queues are remembered per entry when they pass, and an entry
+of a queue stopped for enqueue is read again before it is used (a refusal is never
+cached: it is re-checked, and raised, every time).
 """
 
 from __future__ import annotations
@@ -44,8 +45,13 @@ class QueueView:
     allowed: set[tuple[str | None, str, str | None]] = field(default_factory=set)
 
     def fresh(self) -> bool:
-        """Whether the entry may still be used (age, and this process's admin calls)."""
-        return (time.monotonic() - self.loaded < MAX_AGE
+        """Whether the entry may still be used (age, and this process's admin calls).
+
+        An entry of a queue stopped for enqueue is never used: it would refuse, and a
+        refusal is never taken from the cache (another process may have started the
+        queue again, or dropped it, since the entry was read)."""
+        return (self.props.enqueue_enabled
+                and time.monotonic() - self.loaded < MAX_AGE
                 and self.generation == D.generation())
 
 

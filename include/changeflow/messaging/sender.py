@@ -31,7 +31,6 @@ from changeflow.errors import StateStoreError
 from changeflow.messaging import cache, wire
 from changeflow.messaging import dictionary as D
 from changeflow.messaging import enqueue as EQ
-from changeflow.messaging.errors import QueueStoppedError
 from changeflow.messaging.model import MessageProperties
 from changeflow.state import schema_messaging as S
 from changeflow.state import utcnow
@@ -67,13 +66,7 @@ class Sender:
             with cache.LazyRead(self.s.store) as conn:
                 view = self.dictionary.view(conn, name) if alone \
                     else self.dictionary.current(conn, name)
-                try:
-                    prepared, now = self._prepare(conn, view, payloads, plist, type_name)
-                except QueueStoppedError:
-                    # a refusal is never taken from the cache: another process may have
-                    # started the queue again, or dropped it, since the entry was read
-                    view = self.dictionary.load(conn, name)
-                    prepared, now = self._prepare(conn, view, payloads, plist, type_name)
+                prepared, now = self._prepare(conn, view, payloads, plist, type_name)
             if not alone:
                 return prepared, {}
             try:
