@@ -195,7 +195,7 @@ class AirflowServer:
         """Every run of a DAG."""
         return list(self.api("GET", f"/api/v2/dags/{dag_id}/dagRuns?limit=100")["dag_runs"])
 
-    def wait_for_run(self, dag_id: str, pred: Any, timeout: float = 240) -> dict[str, Any]:
+    def wait_for_run(self, dag_id: str, pred: Any, timeout: float = 600) -> dict[str, Any]:
         """Wait for a finished run matching ``pred(run)``; returns it."""
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:

@@ -12,7 +12,10 @@ Exit codes (the Airflow task maps them, see :mod:`changeflow.airflow.operators`)
 
 A window job never outlives the task that started it: ``--watch HOST:PID`` names the
 task's process, and the loop stops (cleanly, clearing its ``process`` entry) as soon as
-that process or the job's own parent (spark-submit) is gone.
+that process or the job's own parent (spark-submit) is gone. The loop can only look
+between passes, so a watcher thread covers the rest (:func:`stop_when_gone`): a job
+still starting its Spark session, or in a pass that runs on, is ended
+:data:`GRACE` seconds after its task went (exit :data:`EXIT_GONE`).
 """
 
 from __future__ import annotations
@@ -23,14 +26,27 @@ import datetime as dt
 import json
 import logging
 import os
+import signal
 import socket
 import sys
+import threading
 from collections.abc import Callable, Sequence
+from types import FrameType
 
 from changeflow.errors import EXIT_FAILED, EXIT_OK, exit_code, is_transient
 
 log = logging.getLogger("changeflow.job")
 EXIT_IDLE = 99
+EXIT_GONE = 128 + signal.SIGTERM  # ended by the watcher (or a SIGTERM): the task is gone
+GRACE = 10.0  # seconds a pass in flight gets to end on its own once the task is gone
+
+
+class TaskGone(BaseException):
+    """The job was told to stop (its task is gone, or SIGTERM): raised in the main thread.
+
+    A ``BaseException``, so that the window's ``except Exception`` handlers do not count
+    it as a failed pass; ``finally`` blocks still run (the ``process`` entry is cleared).
+    """
 
 
 def _when(value: str) -> dt.datetime:
@@ -85,12 +101,55 @@ def watchdog(watch: str | None, parent: int | None = None) -> Callable[[], bool]
     return alive
 
 
+def stop_when_gone(alive: Callable[[], bool], *, grace: float = GRACE,
+                   poll: float = 0.5) -> threading.Event:
+    """Watch ``alive`` from a daemon thread; end the main thread's work when it turns False.
+
+    Must be called from the main thread: it installs the SIGTERM handler, which raises
+    :class:`TaskGone` there. Once ``alive()`` is False the watcher waits ``grace`` seconds
+    for the work to stop on its own (the window loop looks between passes), then sends
+    this process SIGTERM. Stopping mid-pass loses and duplicates nothing (a pass's
+    commits are idempotent; the chaos suite kills harder). Set the returned event when
+    the work is over; the watcher and the handler then do nothing.
+    """
+    done = threading.Event()
+
+    def on_term(signum: int, frame: FrameType | None) -> None:
+        if not done.is_set():
+            done.set()
+            raise TaskGone(f"signal {signum}")
+
+    signal.signal(signal.SIGTERM, on_term)
+
+    def watch() -> None:
+        while not done.wait(poll):
+            if not alive():
+                log.warning("the task that started this job is gone; stopping")
+                if not done.wait(grace):
+                    os.kill(os.getpid(), signal.SIGTERM)
+                return
+
+    threading.Thread(target=watch, name="changeflow-watch", daemon=True).start()
+    return done
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Run one window in one Spark application; returns the exit code (see module doc)."""
     logging.basicConfig(level=logging.INFO,
                         format="%(asctime)s %(levelname)s %(name)s %(message)s")
     args = parse_args(argv)
     alive = watchdog(args.watch)
+    done = stop_when_gone(alive)
+    try:
+        return _run(args, alive)
+    except TaskGone as gone:
+        log.warning("window %s ended before its end (%s): its task is gone", args.name, gone)
+        return EXIT_GONE
+    finally:
+        done.set()
+
+
+def _run(args: argparse.Namespace, alive: Callable[[], bool]) -> int:
     try:
         from changeflow.clients import check_references, rule_filter
         from changeflow.config import load_config

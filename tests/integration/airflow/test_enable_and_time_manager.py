@@ -188,7 +188,7 @@ def test_enable_of_a_schedule_whose_dag_an_operator_unpaused(airflow: AirflowSer
     wait_arrival(cfg, "p2", 240)  # the test before left the window running
     out = cli(airflow, project, "disable", "live", "--no-airflow")
     assert "schedule only" in out, out
-    deadline = time.monotonic() + 120
+    deadline = time.monotonic() + 300
     while not airflow.api("GET", f"/api/v2/dags/{LIVE}")["is_paused"]:
         assert time.monotonic() < deadline, ("the listener did not pause the DAG",
                                              brief(airflow.runs(LIVE)))
