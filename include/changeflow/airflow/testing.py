@@ -109,7 +109,7 @@ class AirflowServer:
                                  f"{done.stdout[-3000:]}\n{done.stderr[-3000:]}")
         return done.stdout + done.stderr
 
-    def start(self, timeout: float = 180) -> AirflowServer:
+    def start(self, timeout: float = 300) -> AirflowServer:
         """Migrate the database and start the components; wait for the API server."""
         self.home.mkdir(parents=True, exist_ok=True)
         (self.home / "passwords.json").write_text(json.dumps({u: PASSWORD for u in self.users}))
@@ -149,7 +149,7 @@ class AirflowServer:
         body = json.dumps({"username": user, "password": PASSWORD}).encode()
         req = urllib.request.Request(f"{self.url}/auth/token", data=body, method="POST",
                                      headers={"Content-Type": "application/json"})
-        with urllib.request.urlopen(req, timeout=10) as resp:
+        with urllib.request.urlopen(req, timeout=60) as resp:
             token = str(json.loads(resp.read())["access_token"])
         if user == "admin":
             self.token = token
@@ -179,7 +179,7 @@ class AirflowServer:
             raise AssertionError(f"{method} {path} answered {status}: {text[:2000]}")
         return json.loads(text) if text.strip().startswith(("{", "[")) else text
 
-    def wait_for_dag(self, dag_id: str, timeout: float = 120) -> None:
+    def wait_for_dag(self, dag_id: str, timeout: float = 300) -> None:
         """Wait until the DAG processor has parsed a DAG."""
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:

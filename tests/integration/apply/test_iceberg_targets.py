@@ -99,7 +99,9 @@ def test_a_table_dropped_outside_changeflow_fails_clearly_until_forgotten(
 def test_time_travel_views_and_pyiceberg_read_what_the_applies_wrote(
         spark, make_cfg, enqueue) -> None:  # type: ignore[no-untyped-def]
     cfg = make_cfg(APPLY)
-    enqueue(cfg, [row("INSERT", new=vals(id=i, name=f"n{i}"), pos=i) for i in (1, 2)])
+    # id 3 is inserted and deleted in the first pass: its image deletes, nothing to write
+    enqueue(cfg, [row("INSERT", new=vals(id=i, name=f"n{i}"), pos=i) for i in (1, 2, 3)]
+            + [row("DELETE", old=vals(id=3, name="n3"), pos=4)])
     apply_once(spark, cfg, "ap")
     enqueue(cfg, [row("UPDATE", new=vals(id=1, name="x"), old=vals(id=1), txn="t2", scn=20),
                   row("DELETE", old=vals(id=2), txn="t2", scn=20, pos=2)])
@@ -107,6 +109,8 @@ def test_time_travel_views_and_pyiceberg_read_what_the_applies_wrote(
     snaps = [s for s in snapshots(cfg) if s["pass_id"]]
     assert [(s["positions"], s["batches"], s["rows"]) for s in snaps] == [
         ("DBS1.EXAMPLE.COM=10", "1-1", 2), ("DBS1.EXAMPLE.COM=20", "2-2", 1)]
+    # a new table's first pass appends (incremental readers of the table can follow it)
+    assert snaps[0]["operation"] == "append" and snaps[1]["operation"] != "append"
     tgt = targets_of(cfg, cfg.applies[0])
     first = int(snaps[0]["snapshot"])
     then = read_table(spark, tgt, "hr.emp", snapshot=first).collect()
