@@ -10,6 +10,7 @@ from __future__ import annotations
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -56,7 +57,7 @@ def _start(tmp_path: Path, owner: subprocess.Popen[bytes], mode: str,
 
 
 @pytest.fixture
-def owner() -> subprocess.Popen[bytes]:
+def owner() -> Iterator[subprocess.Popen[bytes]]:
     proc = subprocess.Popen(["sleep", "300"])
     yield proc
     proc.kill()
