@@ -21,6 +21,7 @@ still starting its Spark session, or in a pass that runs on, is ended
 from __future__ import annotations
 
 import argparse
+import contextlib
 import dataclasses
 import datetime as dt
 import json
@@ -30,7 +31,7 @@ import signal
 import socket
 import sys
 import threading
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from types import FrameType
 
 from changeflow.errors import EXIT_FAILED, EXIT_OK, exit_code, is_transient
@@ -101,16 +102,17 @@ def watchdog(watch: str | None, parent: int | None = None) -> Callable[[], bool]
     return alive
 
 
+@contextlib.contextmanager
 def stop_when_gone(alive: Callable[[], bool], *, grace: float = GRACE,
-                   poll: float = 0.5) -> threading.Event:
-    """Watch ``alive`` from a daemon thread; end the main thread's work when it turns False.
+                   poll: float = 0.5) -> Iterator[None]:
+    """While the block runs, watch ``alive`` from a daemon thread; end the block when it
+    turns False.
 
-    Must be called from the main thread: it installs the SIGTERM handler, which raises
-    :class:`TaskGone` there. Once ``alive()`` is False the watcher waits ``grace`` seconds
-    for the work to stop on its own (the window loop looks between passes), then sends
-    this process SIGTERM. Stopping mid-pass loses and duplicates nothing (a pass's
-    commits are idempotent; the chaos suite kills harder). Set the returned event when
-    the work is over; the watcher and the handler then do nothing.
+    Enter it in the main thread: SIGTERM then raises :class:`TaskGone` there (the
+    previous handler is back when the block ends). Once ``alive()`` is False the watcher
+    waits ``grace`` seconds for the work to stop on its own (the window loop looks
+    between passes), then sends this process SIGTERM. Stopping mid-pass loses and
+    duplicates nothing (a pass's commits are idempotent; the chaos suite kills harder).
     """
     done = threading.Event()
 
@@ -118,8 +120,6 @@ def stop_when_gone(alive: Callable[[], bool], *, grace: float = GRACE,
         if not done.is_set():
             done.set()
             raise TaskGone(f"signal {signum}")
-
-    signal.signal(signal.SIGTERM, on_term)
 
     def watch() -> None:
         while not done.wait(poll):
@@ -129,8 +129,13 @@ def stop_when_gone(alive: Callable[[], bool], *, grace: float = GRACE,
                     os.kill(os.getpid(), signal.SIGTERM)
                 return
 
+    previous = signal.signal(signal.SIGTERM, on_term)
     threading.Thread(target=watch, name="changeflow-watch", daemon=True).start()
-    return done
+    try:
+        yield
+    finally:
+        done.set()
+        signal.signal(signal.SIGTERM, previous)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -139,14 +144,12 @@ def main(argv: Sequence[str] | None = None) -> int:
                         format="%(asctime)s %(levelname)s %(name)s %(message)s")
     args = parse_args(argv)
     alive = watchdog(args.watch)
-    done = stop_when_gone(alive)
     try:
-        return _run(args, alive)
+        with stop_when_gone(alive):
+            return _run(args, alive)
     except TaskGone as gone:
         log.warning("window %s ended before its end (%s): its task is gone", args.name, gone)
         return EXIT_GONE
-    finally:
-        done.set()
 
 
 def _run(args: argparse.Namespace, alive: Callable[[], bool]) -> int:

@@ -18,29 +18,31 @@ import pytest
 from changeflow.schedules.job import EXIT_GONE
 
 CHILD = """
-import socket, sys, time
+import signal, socket, sys, time
 from changeflow.schedules.job import TaskGone, stop_when_gone, watchdog
 
 owner, mode, marker, grace = int(sys.argv[1]), sys.argv[2], sys.argv[3], float(sys.argv[4])
 alive = watchdog(f"{socket.gethostname()}:{owner}")
-done = stop_when_gone(alive, grace=grace, poll=0.1)
 note = lambda text: open(marker, "a").write(text + "\\n")
 note("started")
 try:
-    if mode == "busy":  # start-up or a pass: nothing looks at the owner
-        time.sleep(120)
-    elif mode == "short":
-        time.sleep(1.5)
-    else:  # the loop: looks between short passes and stops on its own
-        while alive():
-            time.sleep(0.2)
-        note("stopped by the loop")
+    with stop_when_gone(alive, grace=grace, poll=0.1):
+        try:
+            if mode == "busy":  # start-up or a pass: nothing looks at the owner
+                time.sleep(120)
+            elif mode == "short":
+                time.sleep(1.5)
+            else:  # the loop: looks between short passes and stops on its own
+                while alive():
+                    time.sleep(0.2)
+                note("stopped by the loop")
+        finally:
+            note("finally")
 except TaskGone:
     note("gone")
     sys.exit(143)
-finally:
-    done.set()
-    note("finally")
+# the block is over: SIGTERM is back to its default (the process ends, rc -15)
+signal.raise_signal(signal.SIGTERM)
 """
 
 
@@ -70,7 +72,7 @@ def test_work_that_never_looks_is_ended_after_the_grace(tmp_path: Path,
     owner.kill()
     owner.wait()
     assert child.wait(timeout=30) == EXIT_GONE == 143
-    assert marker.read_text().split() == ["started", "gone", "finally"]
+    assert marker.read_text().split() == ["started", "finally", "gone"]
 
 
 def test_a_loop_that_looks_stops_on_its_own_within_the_grace(
@@ -79,7 +81,7 @@ def test_a_loop_that_looks_stops_on_its_own_within_the_grace(
     owner.kill()
     owner.wait()
     killed = time.monotonic()
-    assert child.wait(timeout=30) == 0
+    assert child.wait(timeout=30) == -15  # the handler is gone with the block
     assert time.monotonic() - killed < 30  # not the grace: the loop saw it
     assert marker.read_text().split("\n")[:-1] == ["started", "stopped by the loop", "finally"]
 
@@ -87,5 +89,5 @@ def test_a_loop_that_looks_stops_on_its_own_within_the_grace(
 def test_nothing_is_stopped_while_the_owner_lives(tmp_path: Path,
                                                   owner: subprocess.Popen[bytes]) -> None:
     child, marker = _start(tmp_path, owner, "short", grace=0.1)
-    assert child.wait(timeout=30) == 0
+    assert child.wait(timeout=30) == -15
     assert marker.read_text().split() == ["started", "finally"]
