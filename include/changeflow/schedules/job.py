@@ -9,6 +9,8 @@ Exit codes (the Airflow task maps them, see :mod:`changeflow.airflow.operators`)
   state store unreachable, a refused configuration): Airflow's retry policy decides;
 * :data:`EXIT_IDLE` (99): nothing attempted, by design (schedule disabled or dropped,
   or a retry due in a later window): the task ends *skipped*, not failed.
+* :data:`EXIT_GONE` (143): ended before its end, by SIGTERM or because its task is gone
+  (below); a task still there sees a plain failure, and Airflow's retry policy decides.
 
 A window job never outlives the task that started it: ``--watch HOST:PID`` names the
 task's process, and the loop stops (cleanly, clearing its ``process`` entry) as soon as
