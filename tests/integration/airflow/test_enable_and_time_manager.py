@@ -157,8 +157,8 @@ def test_enable_resumes_the_open_window_at_once(airflow: AirflowServer, project:
     # the first enable: the DAG, paused since its creation, has no run of the open window
     assert_takes_window(airflow, enable(airflow, project))
     probe.enqueue_probes(cfg, "strmadmin.q@site1", ["before"], scn=1)
-    wait_arrival(cfg, "before", 300)  # the window runs (Spark started once)
-    out = cli(airflow, project, "disable", "live", "--wait", "90")
+    wait_arrival(cfg, "before", 600)  # the window runs (Spark started once)
+    out = cli(airflow, project, "disable", "live", "--wait", "240")
     assert "paused" in out, out
     assert airflow.api("GET", f"/api/v2/dags/{LIVE}")["is_paused"] is True
     assert schedule_store(cfg, "live").require("live").process is None  # no window job
@@ -170,7 +170,7 @@ def test_enable_resumes_the_open_window_at_once(airflow: AirflowServer, project:
     made = enable(airflow, project)
     # what waited is delivered without the timetable's next run (an hour away): the
     # window job starts at once (its start-up is spark-submit's)
-    took = wait_arrival(cfg, "p2", 240)
+    took = wait_arrival(cfg, "p2", 600)
     print(f"pending messages arrived {took:.1f} s after the enable returned "
           f"({time.monotonic() - enabled:.1f} s after it was typed)")
     assert sorted(probe.arrived(cfg, "strmadmin.q@site2", "apply:ap")) == ["before", "p1", "p2"]
@@ -185,7 +185,7 @@ def test_enable_of_a_schedule_whose_dag_an_operator_unpaused(airflow: AirflowSer
     delivered. The enable finds the DAG unpaused and the window's run made: it gives the
     window a run without a logical date at once, and the scheduler makes no second one."""
     cfg = load_config(project / "p.yaml")
-    wait_arrival(cfg, "p2", 240)  # the test before left the window running
+    wait_arrival(cfg, "p2", 600)  # the test before left the window running
     out = cli(airflow, project, "disable", "live", "--no-airflow")
     assert "schedule only" in out, out
     deadline = time.monotonic() + 300
@@ -201,7 +201,7 @@ def test_enable_of_a_schedule_whose_dag_an_operator_unpaused(airflow: AirflowSer
     assert airflow.api("GET", f"/api/v2/dags/{LIVE}")["is_paused"] is False
     made = enable(airflow, project)
     assert made["run_type"] == "manual", made  # the window had its run: the enable's is new
-    wait_arrival(cfg, "u1", 240)
+    wait_arrival(cfg, "u1", 600)
     assert sorted(probe.arrived(cfg, "strmadmin.q@site2", "apply:ap")) == [
         "before", "p1", "p2", "u1"]
     assert_takes_window(airflow, made)

@@ -209,7 +209,7 @@ def test_disable_ends_the_window_and_pauses_without_stranding(
     while not [r for r in airflow.runs(LIVE) if r["state"] == "running"]:
         assert time.monotonic() < deadline, "no window run started"
         time.sleep(1)
-    out = cli(airflow, project, "disable", "live", "--wait", "90")
+    out = cli(airflow, project, "disable", "live", "--wait", "240")
     assert "paused" in out and "as soon as" not in out, out
     runs = airflow.runs(LIVE)
     assert not [r for r in runs if r["state"] in ("running", "queued")], runs
