@@ -150,7 +150,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         with stop_when_gone(alive):
             return _run(args, alive)
     except TaskGone as gone:
-        log.warning("window %s ended before its end (%s): its task is gone", args.name, gone)
+        log.warning("window %s stopped before its end (%s)", args.name, gone)
         return EXIT_GONE
 
 
