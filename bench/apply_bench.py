@@ -41,6 +41,9 @@ median of its warm runs too.
   the table's rewrite of deleted rows, the most deletes a reader meets under the
   default policy), over the same scan after Iceberg's maintenance (reported), and
   DuckDB aggregating the table read by PyIceberg into Arrow, both states (reported).
+* ``apply.tables_side_by_side``: passes of eight small tables with the tables side by
+  side (the default ``parallelism``) over one after the other (:mod:`bench.apply_tables`,
+  reported).
 """
 
 from __future__ import annotations
@@ -52,6 +55,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from bench import apply_peers as peers
+from bench.apply_tables import side_by_side
 from bench.results import entry
 
 if TYPE_CHECKING:
@@ -143,8 +147,10 @@ def changed_ids(spark: SparkSession, n_rows: int, n_changes: int, run: int) -> D
     return spark.range(0, n_changes).select(((F.col("id") * step + run) % n_rows).alias("id"))
 
 
-def changes(spark: SparkSession, n_rows: int, n_changes: int, run: int) -> DataFrame:
-    """UPDATE row LCRs for ``n_changes`` keys spread over the whole table."""
+def changes(spark: SparkSession, n_rows: int, n_changes: int, run: int,
+            table: str = "BIG", scn: int | None = None) -> DataFrame:
+    """UPDATE row LCRs for ``n_changes`` keys spread over the whole table ``BENCH.<table>``,
+    one transaction (``tx<run>``, or ``tx<run>-<table>`` at commit position ``scn``)."""
     import datetime as dt
 
     from pyspark.sql import functions as F
@@ -158,11 +164,15 @@ def changes(spark: SparkSession, n_rows: int, n_changes: int, run: int) -> DataF
     old = rows.select(F.col("id"), F.col("old_first").alias("first_name"))
     given = {
         "schema_version": F.lit(lcr.SCHEMA_VERSION),
-        "msg_id": F.substring(F.sha2(F.concat_ws(":", F.lit(run), F.col("id")), 256), 1, 32),
+        "msg_id": F.substring(F.sha2(F.concat_ws(":", F.lit(run), F.col("id"))
+                                     if table == "BIG" else
+                                     F.concat_ws(":", F.lit(run), F.lit(table), F.col("id")),
+                                     256), 1, 32),
         "kind": F.lit("ROW"), "origin": F.lit("CAPTURED"),
         "source_database_name": F.lit("DBS1.EXAMPLE.COM"), "command_type": F.lit("UPDATE"),
-        "object_owner": F.lit("BENCH"), "object_name": F.lit("BIG"),
-        "transaction_id": F.lit(f"tx{run}"), "commit_scn": F.lit(1000 + run),
+        "object_owner": F.lit("BENCH"), "object_name": F.lit(table),
+        "transaction_id": F.lit(f"tx{run}" if scn is None else f"tx{run}-{table}"),
+        "commit_scn": F.lit(1000 + run if scn is None else scn),
         "commit_time": F.lit(dt.datetime(2025, 1, 1, tzinfo=dt.UTC)), "position": F.col("id"),
         "key_columns": F.array(F.lit("ID")),
         "new_values": values.row_map(new.schema),
@@ -268,12 +278,13 @@ def run(spark: SparkSession, size: str = "small") -> list[dict[str, Any]]:
         delta = peers.deltalake(spark, root, n_rows, n_changes)
         rewrites.append(rewrite(spark, targets, TABLE))  # as warm as the peers
         jobs = peers.one_shot(spark, cfg, root, TABLE, n_rows, n_changes, first_run=19)
+        tables = side_by_side(spark, root / "tables", size)
     figures = {"target_rows": n_rows, "changes": n_changes, "target_columns": 12,
                "buckets": BUCKETS, "load_seconds": round(load, 2),
                "rewrite_runs": [round(x, 3) for x in rewrites]}
     out = results(figures, rewrites, cold, warm, repeated, on, off, merge, delta,
                   reads, reads_after, apply.profile)
-    return [*out, one_shot_entry(jobs)]
+    return [*out, one_shot_entry(jobs), tables]
 
 
 def one_shot_entry(jobs: dict[str, Any]) -> dict[str, Any]:

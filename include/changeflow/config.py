@@ -250,6 +250,9 @@ class ApplySpec(_Model):
     rule_sets: RuleSetRef = RuleSetRef()
     buckets: int = Field(default=16, ge=1, le=4096)
     apply_tag: str = Field(default="00", pattern=r"^([0-9A-Fa-f]{2})+$")
+    parallelism: int = Field(default=4, ge=1, le=64, description=(
+        "how many target tables a pass works on at once (driver threads, each running "
+        "its table's Spark jobs); 1: one table after the other"))
     target: PostgresTarget | None = None
     limits: PassLimits = PassLimits()
     conflicts: ConflictConfig = ConflictConfig()

@@ -6,9 +6,10 @@ import contextlib
 import os
 import sys
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, TypeVar
 
 from changeflow.jvm import ICEBERG_EXTENSIONS, cds_options, is_local_master, spark_jars_csv
 
@@ -101,6 +102,31 @@ def get_session(app_name: str = "changeflow", *, master: str | None = None,
 #: what the JVM prints on start-up whatever its logging says (a quiet session drops it)
 _START_NOISE = (b"WARNING: Using incubator modules", b"Setting default log level",
                 b"To adjust logging level use sc.setLogLevel")
+
+
+_T = TypeVar("_T")
+_R = TypeVar("_R")
+
+
+def concurrently(spark: SparkSession, fn: Callable[[_T], _R], items: Sequence[_T],
+                 workers: int) -> list[_R]:
+    """``[fn(x) for x in items]``, up to ``workers`` at a time in driver threads.
+
+    Each thread submits its own Spark jobs, so the planning, scheduling and commits of
+    many small jobs (one table's each) overlap instead of queueing; the threads inherit
+    the caller's Spark local properties and the session's tags. The results come in
+    ``items``' order. Every call ends before anything is returned or raised; an error is
+    the first in order.
+    """
+    if workers <= 1 or len(items) <= 1:
+        return [fn(x) for x in items]
+    from pyspark import inheritable_thread_target
+
+    with ThreadPoolExecutor(max_workers=min(workers, len(items)),
+                            thread_name_prefix="changeflow-table") as pool:
+        run = inheritable_thread_target(spark)(fn)
+        futures = [pool.submit(run, x) for x in items]
+    return [f.result() for f in futures]
 
 
 def _jvm_started() -> bool:

@@ -158,14 +158,16 @@ def _finish(spark: SparkSession, rt: SiteRuntime, queue: str, spec: ApplySpec,
             started: float) -> None:
     from changeflow.apply.status import record_run
     from changeflow.queues.retention import purge
+    from changeflow.spark import concurrently
     from changeflow.targets.maintenance import maintain
 
     t0 = time.monotonic()
     if result.batches:
         purge(spark, rt.catalog, queue)
     t1 = time.monotonic()
-    for table in sorted(touched):
-        maintain(spark, targets, table, spec.iceberg.maintenance)
+    concurrently(spark, lambda table: maintain(spark, targets, table,
+                                               spec.iceberg.maintenance),
+                 sorted(touched), spec.parallelism)
     result.timings.update(purge=t1 - t0, maintenance=time.monotonic() - t1)
     result.seconds = time.monotonic() - started
     record_run(rt.store, result)

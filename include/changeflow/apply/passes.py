@@ -13,6 +13,7 @@ import logging
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
+from functools import partial
 from typing import TYPE_CHECKING, Any
 
 from changeflow import faults, quality
@@ -32,6 +33,7 @@ from changeflow.quality.target import TargetWrite
 from changeflow.quality.validator import warm_up
 from changeflow.queues import io as qio
 from changeflow.sites import SiteRuntime, consumer_name
+from changeflow.spark import concurrently
 from changeflow.targets import commit as tcommit
 from changeflow.targets.catalog import IcebergTargets
 
@@ -244,8 +246,9 @@ class Pass:
                         self._fail(FailedTxn(txn.key, "ddl", str(exc), txn.source, txn.txn,
                                              txn.scn))
                     ddl.forget(name)
+        concurrently(self.spark, lambda plan: plan.prepare(work),
+                     list(self.plans.values()), self.spec.parallelism)
         for plan in self.plans.values():
-            plan.prepare(work)
             for txn in plan.after_late_ddl():
                 self._fail(FailedTxn(txn.key, "ddl", (
                     f"rows of {plan.table.name} follow a DROP or RENAME COLUMN of it in the same "
@@ -256,8 +259,13 @@ class Pass:
         plans = list(self.plans.values())
         for _ in range(len(order) + 1):
             before = set(self.failed)
-            for plan in plans:
-                for f in plan.conflicts(set(self.failed), self.times).values():
+            # The tables side by side, each without the transactions failed so far; one
+            # failed here is taken out of the others' in the next round (a fixpoint).
+            found = concurrently(self.spark, partial(TablePlan.conflicts, failed=set(before),
+                                                     commit_times=self.times),
+                                 plans, self.spec.parallelism)
+            for failures in found:
+                for f in failures.values():
                     self._fail(f)
             self._precommit([t for t in order if t not in self.failed])
             new = set(self.failed) - before
@@ -325,18 +333,19 @@ class Pass:
     def _write(self, plans: list[TablePlan], excluded: set[TxnId]) -> list[TargetWrite]:
         """Stage each table's final images on a branch (not yet visible)."""
         tag = bytes.fromhex(self.spec.apply_tag)
-        out = []
         with tcommit.snapshot_properties(self.spark, self._props()):
-            for plan in plans:
-                out.append(self._write_one(plan, tag, excluded))
-        return out
+            for plan in plans:  # one at a time: a new owner's namespace is made once
+                if plan.published is None:
+                    ensure(self.spark, self.targets, plan.table)
+            return concurrently(self.spark,
+                                lambda plan: self._write_one(plan, tag, excluded), plans,
+                                self.spec.parallelism)
 
     def _write_one(self, plan: TablePlan, tag: bytes, excluded: set[TxnId]) -> TargetWrite:
         if plan.published is not None:  # checked when that attempt published it
             staged = tcommit.Staged(plan.table, "main", plan.table.snapshot,
                                     plan.published, self._rows_at(plan))
             return TargetWrite(plan.table, staged, None, published=True)
-        ensure(self.spark, self.targets, plan.table)
         tcommit.drop_stale_branches(self.spark, self.targets, plan.table.name,
                                     prefix=f"cf_{self.pass_id}_")
         images = plan.images(tag, excluded)
@@ -361,7 +370,8 @@ class Pass:
 
     def _check(self, written: list[TargetWrite]) -> None:
         quality.check_target(self.spark, self.cfg, stage=f"apply:{self.spec.name}",
-                             targets=self.targets, writes=written)
+                             targets=self.targets, writes=written,
+                             workers=self.spec.parallelism)
 
     def _error_files(self, changes: DataFrame) -> dict[str, tuple[str, int]]:
         """Write every failed transaction's LCRs (as received) to the error queue's files."""

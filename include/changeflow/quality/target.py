@@ -34,6 +34,7 @@ from changeflow.config import PipelineConfig
 from changeflow.quality import results
 from changeflow.quality.policy import QualityError, QualityReport, blocking_policy, log_warnings
 from changeflow.quality.validator import validate
+from changeflow.spark import concurrently
 from changeflow.targets import commit as tcommit
 from changeflow.targets import rowdelta
 from changeflow.targets.catalog import IcebergTargets, TargetTable
@@ -188,11 +189,14 @@ _KEY_CHECKS = {"target_key_not_null": "key_not_null", "target_key_unique": "key_
 
 def check_target(
     spark: SparkSession, cfg: PipelineConfig, *, stage: str, targets: IcebergTargets,
-    writes: Sequence[TargetWrite],
+    writes: Sequence[TargetWrite], workers: int = 1,
 ) -> QualityReport | None:
     """Validate an apply's staged, unpublished target changes; quarantine them on failure.
 
     A no-op (returns ``None``) when quality is disabled or nothing was staged.
+
+    Args:
+        workers: how many tables are checked at once (driver threads).
 
     Raises:
         QualityError: a blocking check failed; every staged write was kept as a
@@ -207,7 +211,7 @@ def check_target(
     policy = blocking_policy(cfg)
     subject = ",".join(w.table.name for w in writes)
     report = QualityReport(stage, subject, uuid.uuid4().hex, None)
-    parts = [_rollup(spark, targets, w) for w in writes]
+    parts = concurrently(spark, lambda w: _rollup(spark, targets, w), writes, workers)
     rows = [p[0] for p in parts]
     report.n_rows = sum(r["keys"] for r in rows)
     run = validate(_facts_frame(rows), "target_changes", blocking=policy)
