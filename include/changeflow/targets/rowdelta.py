@@ -102,12 +102,11 @@ def write(spark: SparkSession, targets: IcebergTargets, table: TargetTable, bran
     try:
         gone = _gone(located, images.select(*keys, "_cf_op").toArrow(), keys)
         create_branch(spark, targets, table.name, scratch, base)
-        spark.conf.set(PROPERTY_PREFIX + SCRATCH, "true")
-        try:
-            images.where(F.col("_cf_op") == "W").select(*table.column_names, *META) \
-                .writeTo(targets.ident(table.name, branch=scratch)).append()
-        finally:
-            spark.conf.unset(PROPERTY_PREFIX + SCRATCH)
+        # a write option, not the session's setting: other tables of the pass write at
+        # the same time (their snapshots are no scratch)
+        images.where(F.col("_cf_op") == "W").select(*table.column_names, *META) \
+            .writeTo(targets.ident(table.name, branch=scratch)) \
+            .option(f"snapshot-property.{SCRATCH}", "true").append()
     finally:
         if not cached:
             images.unpersist()

@@ -9,9 +9,10 @@ from pathlib import Path
 import pytest
 
 from changeflow.apply import errorq
-from changeflow.apply.engine import apply_once
+from changeflow.apply.engine import apply_once, targets_of
 from changeflow.config import load_config
 from changeflow.sites import open_pipeline, queue_site
+from changeflow.targets.read import snapshots
 
 from .conftest import BASE, QUEUE, row, table_rows, vals
 
@@ -48,6 +49,8 @@ def _batch() -> list[dict]:  # type: ignore[type-arg]
         row("UPDATE", table="HR.LOC", new=vals(id=1, v=101), old=vals(id=1, v=100), txn="d",
             scn=23),
         row("DELETE", table="HR.EMP", old=vals(id=4, v=400), txn="d", scn=23, pos=2),
+        # a new table, written by MERGE INTO beside the others' row deltas
+        row("INSERT", table="HR.NEW", new=vals(id=1, v=1), txn="e", scn=24),
     ]
 
 
@@ -60,7 +63,7 @@ def test_tables_side_by_side_end_as_one_after_the_other(spark, enqueue, tmp_path
     assert apply_once(spark, cfg, "ap").errors == 0
     enqueue(cfg, _batch())
     res = apply_once(spark, cfg, "ap")
-    assert (res.transactions, res.errors) == (2, 2)
+    assert (res.transactions, res.errors) == (3, 2)
     rt, _ = queue_site(cfg, QUEUE)
     assert sorted((e.transaction_id, e.error_kind) for e in errorq.entries(rt.store, "ap")) == [
         ("a", "conflict"), ("b", "conflict")]
@@ -69,3 +72,12 @@ def test_tables_side_by_side_end_as_one_after_the_other(spark, enqueue, tmp_path
         (1, 100), (2, 201), (3, 300), (4, 400)]
     assert table_rows(spark, cfg, "hr.loc", ["id", "v"]) == [
         (1, 101), (2, 200), (3, 300), (4, 400), (9, 90)]
+    assert table_rows(spark, cfg, "hr.new", ["id", "v"]) == [(1, 1)]
+    # each pass's snapshot of each table is listed with the pass that wrote it, and no
+    # scratch snapshot is (the scratch mark is a write option, not a session setting
+    # another table's write could pick up)
+    targets = targets_of(cfg, cfg.applies[0])
+    for name, passes in (("hr.emp", 2), ("hr.dept", 2), ("hr.loc", 2), ("hr.new", 1)):
+        listed = snapshots(spark, targets, name)
+        assert len({s["pass_id"] for s in listed if s["apply"] == "ap"}) == passes, listed
+        assert all(s["on_main"] for s in listed), (name, listed)
