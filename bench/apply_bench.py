@@ -55,7 +55,6 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from bench import apply_peers as peers
-from bench.apply_tables import side_by_side
 from bench.results import entry
 
 if TYPE_CHECKING:
@@ -251,6 +250,8 @@ def rewrite(spark: SparkSession, targets: Any, source: str) -> float:
 
 def run(spark: SparkSession, size: str = "small") -> list[dict[str, Any]]:
     """Every apply figure at ``size`` (``small`` or ``full``)."""
+    from bench.apply_tables import side_by_side
+
     n_rows, n_changes = SIZES.get(size, SIZES["small"])
     with tempfile.TemporaryDirectory(prefix="apply-bench-") as tmp:
         root = Path(tmp)

@@ -15,6 +15,8 @@ import statistics
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from bench.apply_bench import RULES as RULES_OF_BENCH
+from bench.apply_bench import changes, make_table, timed
 from bench.results import entry
 
 if TYPE_CHECKING:
@@ -36,15 +38,8 @@ applies:
   - {name: par, queue: bench.par@s2, buckets: 4}
   - {name: seq, queue: bench.seq@s2, buckets: 4, parallelism: 1}
 """
-RULES = """
-rules:
-  BENCH_DML:
-    condition: ((:dml.get_object_owner() = 'BENCH') and :dml.is_null_tag() = 'Y'
-                and :dml.get_source_database_name() = 'DBS1.EXAMPLE.COM')
-    rule_type: SCHEMA
-rule_sets:
-  FROM_DBS1: {rules: [BENCH_DML]}
-clients:
+# the apply suite's rule set, its clients these two applies
+RULES = RULES_OF_BENCH.split("clients:")[0] + """clients:
   par: {type: apply, queue: bench.par, positive_rule_set: FROM_DBS1}
   seq: {type: apply, queue: bench.seq, positive_rule_set: FROM_DBS1}
 """
@@ -52,7 +47,6 @@ clients:
 
 def side_by_side(spark: SparkSession, root: Path, size: str) -> dict[str, Any]:
     """The entry: passes of eight tables at ``parallelism`` 4 over the same at 1."""
-    from bench.apply_bench import changes, make_table, timed
     from changeflow.apply.engine import apply_once, targets_of
     from changeflow.clients import rule_filter
     from changeflow.config import load_config

@@ -60,6 +60,8 @@ def test_env_default_is_used(tmp_path: Path) -> None:
          "queues.0.site", "unknown site"),
         (("{name: a, queue", "{name: a, colour: red, queue"), "applies.0.colour", "not permitted"),
         (("type: snapshot", "type: oracle"), "captures.0.source", ""),
+        (("{name: a, queue", "{name: a, parallelism: 0, queue"), "applies.0.parallelism",
+         "greater than or equal to 1"),
     ],
 )
 def test_bad_config_names_file_and_key(
