@@ -28,6 +28,17 @@ def spark() -> Iterator[SparkSession]:
     session.stop()
 
 
+@pytest.fixture(autouse=True)
+def _close_idle_state_stores() -> Iterator[None]:
+    """After each test, the state stores' idle connections are closed: a worker that
+    runs hundreds of tests, each with its own stores, would otherwise hold three files
+    of each SQLite store open, past select()'s limit of 1023 descriptors."""
+    yield
+    from changeflow.state import close_idle
+
+    close_idle()
+
+
 def _weight(item: pytest.Item) -> int:
     """0: runs Airflow (minutes), 1: slow, 2: the rest."""
     if item.get_closest_marker("airflow") is not None:

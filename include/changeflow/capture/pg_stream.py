@@ -239,8 +239,15 @@ class SlotStream(CopyReader):
         return lambda: cur.send_feedback(force=True)  # a status update: the server waits
 
     def _read(self, cur: Any) -> None:
-        import select
+        import selectors
 
+        # a selector (epoll), not select(): select() refuses a descriptor past 1023, which a
+        # process with many files open (a long-lived worker) hands out
+        with selectors.DefaultSelector() as sel:
+            sel.register(cur, selectors.EVENT_READ)
+            self._read_from(cur, sel)
+
+    def _read_from(self, cur: Any, sel: Any) -> None:
         docs: list[bytes] = []
         lsns: list[int] = []
         in_txn, last_msg = False, time.monotonic()
@@ -271,7 +278,7 @@ class SlotStream(CopyReader):
             if not in_txn and docs and self.end_lsn is None and \
                     time.monotonic() - last_msg >= self.idle:
                 docs, lsns = self._hand_over(docs, lsns, cur)
-            ready = select.select([cur], [], [], self.idle)[0]
+            ready = sel.select(self.idle)
             if not ready and self.end_lsn is not None:
                 # ask for a keepalive: it carries how far the server has sent
                 cur.send_feedback(reply=True)

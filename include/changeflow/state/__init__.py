@@ -35,7 +35,7 @@ from changeflow.errors import StateStoreError
 from changeflow.state import schema
 from changeflow.state.schema import utcnow
 
-__all__ = ["StateStore", "insert_if_absent", "schema", "utcnow"]
+__all__ = ["StateStore", "close_idle", "insert_if_absent", "schema", "utcnow"]
 
 _engines: dict[str, Engine] = {}
 _lock = threading.Lock()
@@ -70,6 +70,20 @@ def _make_engine(url: str) -> Engine:
 
         return engine
     return create_engine(url, pool_pre_ping=True, pool_size=10, max_overflow=20)
+
+
+def close_idle() -> None:
+    """Close every store's idle pooled connections; the stores stay usable and open new
+    ones when next used. A process that has opened many stores (a test session, a
+    server that met many sites) keeps no files or sockets open for them. An in-memory
+    SQLite store keeps its one connection (closing it would drop the database)."""
+    with _lock:
+        engines = list(_engines.values())
+    for engine in engines:
+        if engine.url.get_backend_name() == "sqlite" and \
+                engine.url.database in (None, "", ":memory:"):
+            continue  # its one connection is the database
+        engine.dispose()
 
 
 def _insert(dialect: str) -> Any:

@@ -96,6 +96,25 @@ def test_stream_and_peek_capture_the_same_lcrs(pg: Any, workdir: Path, pipeline_
     same_lcrs_and_positions(pg, cfg, src)
 
 
+def test_the_stream_reads_its_slot_past_1023_open_files(pg: Any, workdir: Path,
+                                                       pipeline_file: Any,
+                                                       monkeypatch: Any) -> None:
+    """A process with many files open (a long-lived worker) hands the replication
+    connection a descriptor past select()'s limit of 1023: the stream still reads."""
+    import os
+
+    cfg, src = _setup(pg, workdir, pipeline_file, monkeypatch)
+    _workload(pg, src)
+    held = [os.open(os.devnull, os.O_RDONLY) for _ in range(1100)]
+    try:
+        streamed = run_pg_capture(None, cfg, "cap_a", stream_changes=True)
+    finally:
+        for fd in held:
+            os.close(fd)
+    assert streamed.streamed == streamed.batches >= 4
+    assert streamed.messages == 200
+
+
 def _no_copies(pg: Any, src: str, cfg: Any) -> bool:
     """Only the captures' own slots are left (waits up to 10 s for a temporary copy)."""
     deadline = time.monotonic() + 10
