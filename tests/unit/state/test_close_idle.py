@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 from pathlib import Path
 
@@ -13,10 +14,8 @@ from changeflow.state import StateStore, close_idle
 def _open_files(path: Path) -> int:
     n = 0
     for fd in os.listdir("/proc/self/fd"):
-        try:
+        with contextlib.suppress(OSError):  # closed since listed
             n += os.readlink(f"/proc/self/fd/{fd}").startswith(str(path))
-        except OSError:
-            pass
     return n
 
 
