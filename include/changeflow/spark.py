@@ -117,6 +117,11 @@ def concurrently(spark: SparkSession, fn: Callable[[_T], _R], items: Sequence[_T
     the caller's Spark local properties and the session's tags. The results come in
     ``items``' order. Every call ends before anything is returned or raised; an error is
     the first in order.
+
+    Each call gets its own copy of the properties: a wrapper of
+    ``pyspark.inheritable_thread_target`` hands its one copy to every thread that runs
+    it, so the threads would share one mutable ``Properties``, and one query's
+    ``spark.sql.execution.id`` would be read by another's adaptive plan.
     """
     if workers <= 1 or len(items) <= 1:
         return [fn(x) for x in items]
@@ -124,8 +129,7 @@ def concurrently(spark: SparkSession, fn: Callable[[_T], _R], items: Sequence[_T
 
     with ThreadPoolExecutor(max_workers=min(workers, len(items)),
                             thread_name_prefix="changeflow-table") as pool:
-        run = inheritable_thread_target(spark)(fn)
-        futures = [pool.submit(run, x) for x in items]
+        futures = [pool.submit(inheritable_thread_target(spark)(fn), x) for x in items]
     return [f.result() for f in futures]
 
 
