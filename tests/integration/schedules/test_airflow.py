@@ -10,6 +10,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -73,6 +74,8 @@ def test_enable_disable_change_both_or_neither(pipeline: PipelineConfig, tmp_pat
     assert f"DAG {DAG} paused" in out and _paused(env)
     assert store.require("p12").disabled and store.require("p12").disabled_reason == "user"
 
+    _enable_of_a_dag_an_operator_unpaused(env, cli)
+
     # a pipeline name Airflow does not know: refused before the schedule changes
     bad = _run(env, *cli, "enable", "p12", "--pipeline", "nope", ok=False)
     assert bad.returncode == 1 and "does not know the DAG" in bad.stderr
@@ -86,6 +89,51 @@ def test_enable_disable_change_both_or_neither(pipeline: PipelineConfig, tmp_pat
             "create_session; from sqlalchemy import select, func\n"
             "with create_session() as s: print(s.scalar(select(func.count()).select_from(Backfill)))")
     assert _run(env, sys.executable, "-c", code).stdout.strip().splitlines()[-1] == "0"
+
+
+def _dag_state(env: dict[str, str], due_in_hours: float | None = None) -> list[dict[str, str]]:
+    """The DAG's runs (type, note, logical date); with ``due_in_hours``, its runs are
+    removed first and the scheduler's next run made due that far from now (what the DAG
+    processor would have set)."""
+    code = f"""
+import datetime as dt, json
+from airflow.models.dag import DagModel
+from airflow.models.dagrun import DagRun
+from airflow.utils.session import create_session
+from sqlalchemy import delete, select
+with create_session() as s:
+    if {due_in_hours!r} is not None:
+        s.execute(delete(DagRun).where(DagRun.dag_id == {DAG!r}))
+        s.get(DagModel, {DAG!r}).next_dagrun_create_after = (
+            dt.datetime.now(dt.UTC) + dt.timedelta(hours={due_in_hours!r}))
+    runs = s.scalars(select(DagRun).where(DagRun.dag_id == {DAG!r})).all()
+    print(json.dumps([{{"id": r.run_id, "type": str(r.run_type), "note": r.note,
+                       "logical": str(r.logical_date)}} for r in runs]))
+"""
+    return json.loads(_run(env, sys.executable, "-c", code).stdout.strip().splitlines()[-1])
+
+
+def _enable_of_a_dag_an_operator_unpaused(env: dict[str, str], cli: list[str]) -> None:
+    """The schedule is disabled, but an operator unpaused its DAG (in the UI), and the
+    window open now has no run yet: the enable leaves the run to the scheduler when it is
+    due to make it, and makes one itself (without a logical date) when it is not."""
+    _run(env, "airflow", "dags", "unpause", DAG)
+    assert not _paused(env)
+    _dag_state(env, due_in_hours=-0.01)  # the scheduler makes the window's run at once
+    out = _run(env, *cli, "enable", "p12", "--pipeline", "t").stdout
+    assert "unpaused" in out and "resumes in run" not in out, out
+    assert _dag_state(env) == []
+    _run(env, *cli, "disable", "p12", "--pipeline", "t", "--wait", "5")
+    _run(env, "airflow", "dags", "unpause", DAG)
+    _dag_state(env, due_in_hours=24)  # the scheduler's next run is far off
+    out = _run(env, *cli, "enable", "p12", "--pipeline", "t").stdout
+    run_id = out.split("the open window resumes in run ", 1)[1].split()[0].rstrip(";,")
+    made = _dag_state(env)
+    assert [(r["id"], r["note"], r["logical"]) for r in made] == [
+        (run_id, "schedule enabled: the open window resumes", "None")], made
+    assert made[0]["type"].lower().endswith("manual"), made
+    _run(env, *cli, "disable", "p12", "--pipeline", "t", "--wait", "5")
+    assert _paused(env)
 
 
 def test_cli_outside_a_project_refuses_and_creates_no_airflow_home(
