@@ -5,7 +5,9 @@
 with a pruned schema in one pass that rolls every per-message check up per source
 transaction, counts distinct message ids in a second aggregate, and validates the
 ``lcr_batch`` suite on the small rollup in one GX call (with the hop's counters when
-the stage passes them). It persists the result and returns the report.
+the stage passes them): on the driver with GX's pandas engine, as the Arrow check does,
+unless the batch holds more than :data:`DRIVER_ROLLUP_ROWS` transactions. It persists
+the result and returns the report.
 
 A batch that failed a blocking check is still committed, but *set aside*: the stage
 commits it with :func:`state_of` (``quarantined``) and calls :func:`set_aside` in the
@@ -114,7 +116,9 @@ def check_batch(
     # One pass over the batch: per-message checks rolled up per transaction (small).
     txn = facts.transaction_facts(facts.message_facts(df), prior).persist()
     try:
-        report.runs.append(validate(facts.batch_facts(txn, ids, hop), "lcr_batch",
+        rollup = facts.batch_facts(txn, ids, hop)
+        local = _on_driver(rollup)
+        report.runs.append(validate(rollup if local is None else local, "lcr_batch",
                                     blocking=policy))
         marks = _watermarks(txn, prior)
     finally:
@@ -210,6 +214,25 @@ def set_aside(rt: SiteRuntime, queue: str, report: QualityReport | None,
                      origin="quality", conn=conn)
     report.quarantine_seq = seq
     return QualityError(report)
+
+
+#: the most rollup rows (source transactions in a batch) GX validates on the driver
+DRIVER_ROLLUP_ROWS = 200_000
+
+
+def _on_driver(rollup: DataFrame) -> Any:
+    """The rollup as a pandas frame (the dtypes the Arrow check's rollup has), when it
+    has at most :data:`DRIVER_ROLLUP_ROWS` rows; else None (GX validates it in Spark).
+
+    GX's Spark engine runs a Spark job per metric, a dozen over a frame of a few rows;
+    its pandas engine validates the collected rows at once. One job collects them."""
+    import pandas as pd
+    import pyarrow as pa
+
+    rows = rollup.limit(DRIVER_ROLLUP_ROWS + 1).toArrow()
+    if rows.num_rows > DRIVER_ROLLUP_ROWS:
+        return None
+    return rows.to_pandas(types_mapper={pa.int64(): pd.Int64Dtype()}.get)
 
 
 def _watermarks(txn: DataFrame, prior: dict[str, int]) -> dict[str, int]:
