@@ -120,7 +120,7 @@ def check_batch(
         local = _on_driver(rollup)
         report.runs.append(validate(rollup if local is None else local, "lcr_batch",
                                     blocking=policy))
-        marks = _watermarks(txn, prior)
+        marks = _watermarks(txn, prior) if local is None else _local_watermarks(local, prior)
     finally:
         txn.unpersist()
     _explain(report, ids, counters)
@@ -244,6 +244,15 @@ def _watermarks(txn: DataFrame, prior: dict[str, int]) -> dict[str, int]:
     for r in known.groupBy("source_database_name").agg(F.max("max_scn").alias("m")).collect():
         if r.m is not None:
             marks[r.source_database_name] = max(int(r.m), marks.get(r.source_database_name, 0))
+    return marks
+
+
+def _local_watermarks(rollup: Any, prior: dict[str, int]) -> dict[str, int]:
+    """:func:`_watermarks` of the rollup collected to the driver (pandas)."""
+    marks = dict(prior)
+    known = rollup[rollup["txn_key"].notna() & rollup["max_scn"].notna()]
+    for src, scn in known.groupby("source_database_name")["max_scn"].max().items():
+        marks[str(src)] = max(int(scn), marks.get(str(src), 0))
     return marks
 
 
