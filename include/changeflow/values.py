@@ -86,18 +86,18 @@ def row_map(schema: StructType, prefix: str = "") -> Column:
         target = lcr.LOGICAL_TYPES[ltype].field
         column = "`" + f"{prefix}{field.name}".replace("`", "``") + "`"
         values = ", ".join(
-            f"'{name}', " + (_sql_string(ltype) if name == "type" else
+            f"'{name}', " + (sql_string(ltype) if name == "type" else
                              f"CAST({column if name == target else 'NULL'} AS {ddl})")
             for name, ddl in lcr.VALUE_FIELDS)
-        parts.append(f"{_sql_string(lcr.canonical_identifier(field.name))}, "
+        parts.append(f"{sql_string(lcr.canonical_identifier(field.name))}, "
                      f"named_struct({values})")
     return F.expr(f"map({', '.join(parts)})")
 
 
-def _sql_string(text: str) -> str:
-    r"""A Spark SQL string literal.
+def sql_string(text: str) -> str:
+    r"""A Spark SQL string literal (backslash escapes, as Spark's parser reads them).
 
-    >>> print(_sql_string("it's a \\ name"))
+    >>> print(sql_string("it's a \\ name"))
     'it\'s a \\ name'
     """
     return "'" + text.replace("\\", "\\\\").replace("'", "\\'") + "'"

@@ -266,8 +266,15 @@ def batch_facts(table: pa.Table, prior: dict[str, int] | None = None) -> ArrowFa
     df = transaction_checks(_rollup(table), prior)
     df = df.assign(messages_with_id=ids[0], distinct_ids=ids[1], messages_read=None,
                    messages_accounted=None)
+    return ArrowFacts(df.reset_index(drop=True), ids, watermarks(df, prior, "transaction_id"))
+
+
+def watermarks(rollup: pd.DataFrame, prior: dict[str, int], key: str) -> dict[str, int]:
+    """Per source, the highest commit position this producer has put in the queue: the
+    ``prior`` ones raised by the rollup's transactions (rows with ``key`` and
+    ``max_scn``)."""
     marks = dict(prior)
-    known = df[df["transaction_id"].notna() & df["max_scn"].notna()]
+    known = rollup[rollup[key].notna() & rollup["max_scn"].notna()]
     for src, scn in known.groupby("source_database_name")["max_scn"].max().items():
         marks[str(src)] = max(int(scn), marks.get(str(src), 0))
-    return ArrowFacts(df.reset_index(drop=True), ids, marks)
+    return marks

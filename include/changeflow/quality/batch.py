@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING, Any
 from changeflow import faults, fs
 from changeflow.config import PipelineConfig
 from changeflow.pipeline import Pipeline, resolve
-from changeflow.quality import facts, quarantine, results
+from changeflow.quality import arrow_facts, facts, quarantine, results
 from changeflow.quality.policy import QualityError, QualityReport, blocking_policy, log_warnings
 from changeflow.quality.validator import validate
 from changeflow.queues.catalog import QUARANTINED, READY, NewBatch
@@ -120,7 +120,8 @@ def check_batch(
         local = _on_driver(rollup)
         report.runs.append(validate(rollup if local is None else local, "lcr_batch",
                                     blocking=policy))
-        marks = _watermarks(txn, prior) if local is None else _local_watermarks(local, prior)
+        marks = _watermarks(txn, prior) if local is None else \
+            arrow_facts.watermarks(local, prior, "txn_key")
     finally:
         txn.unpersist()
     _explain(report, ids, counters)
@@ -145,11 +146,10 @@ def check_arrow_batch(
     pipe = resolve(cfg)
     if batch is None or not pipe.cfg.quality.enabled:
         return None
-    from changeflow.quality.arrow_facts import batch_facts
-
     started = time.monotonic()
     rt, qname = pipe.queue(queue).site, pipe.queue(queue).name
-    found = batch_facts(table, results.prior_watermarks(rt.store, qname, batch.producer))
+    prior = results.prior_watermarks(rt.store, qname, batch.producer)
+    found = arrow_facts.batch_facts(table, prior)
     run = validate(found.rollup, "lcr_batch", blocking=blocking_policy(pipe.cfg))
     if not run.success:
         return check_batch(spark, pipe, stage=stage, batch=batch, queue=queue)
@@ -244,15 +244,6 @@ def _watermarks(txn: DataFrame, prior: dict[str, int]) -> dict[str, int]:
     for r in known.groupBy("source_database_name").agg(F.max("max_scn").alias("m")).collect():
         if r.m is not None:
             marks[r.source_database_name] = max(int(r.m), marks.get(r.source_database_name, 0))
-    return marks
-
-
-def _local_watermarks(rollup: Any, prior: dict[str, int]) -> dict[str, int]:
-    """:func:`_watermarks` of the rollup collected to the driver (pandas)."""
-    marks = dict(prior)
-    known = rollup[rollup["txn_key"].notna() & rollup["max_scn"].notna()]
-    for src, scn in known.groupby("source_database_name")["max_scn"].max().items():
-        marks[str(src)] = max(int(scn), marks.get(str(src), 0))
     return marks
 
 

@@ -30,6 +30,7 @@ from typing import Any
 
 from changeflow import lcr
 from changeflow.errors import TerminalError
+from changeflow.values import sql_string
 
 INTERNAL_KEY = "STREAMS$_INTERNAL_TRANS"
 FUNCTION_KEY = "STREAMS$_TRANSFORM_FUNCTION"
@@ -112,8 +113,7 @@ def _literal(value: Any, type_name: str | None, where: str) -> tuple[str, str]:
         return ("true" if value else "false"), logical
     if isinstance(value, int | float):
         return repr(value), logical
-    text = str(value).replace("\\", "\\\\").replace("'", "\\'")
-    return f"'{text}'", logical
+    return sql_string(str(value)), logical
 
 
 def parse_one(rule: str, i: int, raw: Any) -> Step:
