@@ -18,7 +18,7 @@ from changeflow.apply.config import ConflictHandlerSpec
 from changeflow.apply.errorq import FailedTxn
 from changeflow.apply.positions import TxnId
 from changeflow.targets.catalog import IcebergTargets, TargetTable
-from changeflow.targets.rowdelta import LOCATION
+from changeflow.targets.rowdelta import LOCATION, older_than
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -96,15 +96,26 @@ class TablePlan:
             return
         # Materialised one after the other: the jobs that read them next (a broadcast of
         # the keys beside a join of the effects) would each compute them otherwise.
-        self.n_effects = self.effects.count()
+        counted = self.effects.agg(F.count(F.lit(1)), F.min("_e_scn")).first()
+        assert counted is not None
+        self.n_effects, oldest = int(counted[0]), counted[1]
         keys = self._cache(self.effects.select(*self.table.key_columns).distinct())
         self.keys = keys
         needed = self.compare + [h.resolution_column for h in self.handlers
                                  if h.resolution_column and h.resolution_column
                                  not in self.compare]
-        self.current = self._cache(lookup_current(self.spark, self.targets, self.table, keys,
-                                                  needed))
+        self.current = self._cache(lookup_current(
+            self.spark, self.targets, self.table, keys, needed,
+            provenance=not self._newer_than_table(oldest)))
         self.current.count()
+
+    def _newer_than_table(self, oldest: int | None) -> bool:
+        """Whether every effect's commit position is above every current row's (the data
+        files' bounds tell): then no effect can be a replay or superseded, and the lookup
+        needs no row's provenance (three columns fewer to scan, of every row)."""
+        jt = self.targets.java_table(self.spark, self.table.name)
+        return oldest is not None and jt is not None and self.table.snapshot is not None \
+            and older_than(self.spark, jt, self.table.snapshot, int(oldest))
 
     def after_late_ddl(self) -> set[TxnId]:
         """Transactions with rows of this table after its DROP or RENAME COLUMN (in the
@@ -258,14 +269,18 @@ class TablePlan:
 
 
 def lookup_current(spark: SparkSession, targets: IcebergTargets, table: TargetTable,
-                   keys: DataFrame, columns: list[str]) -> DataFrame:
+                   keys: DataFrame, columns: list[str], *, provenance: bool = True
+                   ) -> DataFrame:
     """Per changed key that exists at the snapshot the pass read: its provenance, the
     given columns and where the row is (``_c_exists``, ``_c_src``, ``_c_scn``,
     ``_c_pos``, ``_c_<column>``, and Iceberg's ``_file`` and ``_pos`` as
     :data:`~changeflow.targets.rowdelta.LOCATION`: the write deletes the row by position).
 
     A scan of the key, bookkeeping and given columns of the table, semi-joined with the
-    (broadcast) keys: the cost of a few columns, never of the whole rows.
+    (broadcast) keys: the cost of a few columns, never of the whole rows. Without
+    ``provenance`` (every change is known to be newer than every row), the bookkeeping
+    columns are not read: ``_c_src``, ``_c_scn`` and ``_c_pos`` are NULL, as for a row
+    of no known provenance, which is neither replayed nor superseded.
     """
     from pyspark.sql import functions as F
 
@@ -273,9 +288,12 @@ def lookup_current(spark: SparkSession, targets: IcebergTargets, table: TargetTa
     data = [c for c in dict.fromkeys(columns) if c not in key_cols]
     rows = spark.sql(f"SELECT * FROM {targets.ident(table.name)} "
                      f"VERSION AS OF {table.snapshot}")
-    rows = rows.select(*key_cols, "_cf_src", "_cf_scn", "_cf_pos", *data, "_file", "_pos")
+    made = ("_cf_src", "_cf_scn", "_cf_pos")
+    rows = rows.select(*key_cols, *(made if provenance else ()), *data, "_file", "_pos")
+    src, scn, pos = (F.col(c) for c in made) if provenance else (
+        F.lit(None).cast(t) for t in ("string", "bigint", "bigint"))
     return rows.join(F.broadcast(keys), key_cols, "left_semi").select(
-        *key_cols, F.lit(True).alias("_c_exists"), F.col("_cf_src").alias("_c_src"),
-        F.col("_cf_scn").alias("_c_scn"), F.col("_cf_pos").alias("_c_pos"),
+        *key_cols, F.lit(True).alias("_c_exists"), src.alias("_c_src"),
+        scn.alias("_c_scn"), pos.alias("_c_pos"),
         *[F.col(c).alias(f"_c_{c}") for c in data],
         *[F.col(m).alias(a) for m, a in zip(("_file", "_pos"), LOCATION, strict=True)])

@@ -220,6 +220,41 @@ def planned_hottest(spark: SparkSession, jt: Any, snapshot: int, average: float)
     return ratio
 
 
+def older_than(spark: SparkSession, jt: Any, snapshot: int, scn: int) -> bool:
+    """Whether every row of the table at ``snapshot`` was written at a commit position
+    (``_cf_scn``) below ``scn`` (or has none), as the data files' column bounds tell
+    (Iceberg's metrics, from the manifests: no scan).
+
+    False as soon as a data file's upper bound reaches ``scn``, or a data file with
+    non-NULL values records no bound (metrics off for the column): only a scan knows.
+    """
+    field = jt.schema().findField("_cf_scn")
+    if field is None:
+        return False
+    jvm = spark.sparkContext._jvm  # noqa: SLF001
+    assert jvm is not None
+    value = jvm.org.apache.iceberg.types.Conversions.fromByteBuffer
+    fid, ftype = field.fieldId(), field.type()
+    # only this column's stats: the manifests' other bounds are not kept in memory
+    tasks = jt.newScan().useSnapshot(snapshot).includeColumnStats(
+        jvm.java.util.Collections.singletonList("_cf_scn")).planFiles()
+    try:
+        for task in _each(tasks):
+            f = task.file()
+            bounds = f.upperBounds()
+            bound = bounds.get(fid) if bounds is not None else None
+            if bound is None:
+                nulls = f.nullValueCounts()
+                n = nulls.get(fid) if nulls is not None else None
+                if n is None or int(n) < int(f.recordCount()):
+                    return False
+            elif int(value(ftype, bound)) >= scn:
+                return False
+    finally:
+        tasks.close()
+    return True
+
+
 def _add_deletes(spark: SparkSession, jt: Any, delta: Any, base: int, gone: pa.Table,
                  average: float) -> tuple[Any, float]:
     """Write one position delete file per data file that loses rows, holding its earlier

@@ -227,3 +227,47 @@ def test_a_pass_deletes_the_rows_it_located_by_position_in_one_snapshot(
     listed = [s for s in snapshots(spark, targets, "hr.emp") if s["pass_id"] == summary[
         "changeflow.pass-id"]]
     assert [s["snapshot"] for s in listed] == [snap.snapshotId()] and listed[0]["on_main"]
+
+
+def test_the_lookup_reads_provenance_only_where_a_change_may_be_a_replay(
+        spark, make_cfg, enqueue, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    """The data files' bounds of ``_cf_scn`` tell whether every change of a pass is newer
+    than every row: then the lookup reads no row's provenance. A change at a position a
+    row already has is still found a replay."""
+    from changeflow.apply import tables as plan_tables
+    from changeflow.targets.rowdelta import older_than
+
+    asked: list[bool] = []
+    lookup = plan_tables.lookup_current
+
+    def spy(*args, provenance=True, **kwargs):  # type: ignore[no-untyped-def]
+        asked.append(provenance)
+        return lookup(*args, provenance=provenance, **kwargs)
+
+    monkeypatch.setattr(plan_tables, "lookup_current", spy)
+    cfg = make_cfg(APPLY)
+    targets = targets_of(cfg, cfg.applies[0])
+    enqueue(cfg, [row("INSERT", new=vals(id=i, name=f"n{i}"), pos=i) for i in range(1, 5)])
+    apply_once(spark, cfg, "ap")
+    enqueue(cfg, [row("UPDATE", new=vals(id=1, name="u1"), old=vals(id=1, name="n1"),
+                      txn="t2", scn=20)])
+    assert apply_once(spark, cfg, "ap").transactions == 1
+    jt = targets.java_table(spark, "hr.emp")
+    snap = jt.currentSnapshot().snapshotId()
+    assert [older_than(spark, jt, snap, s) for s in (21, 20, 11, 10)] == [
+        True, False, False, False]
+    assert asked == [False]  # scn 20 over rows of scn 10
+    # the same change again under another transaction name (no position record knows it)
+    enqueue(cfg, [row("UPDATE", new=vals(id=1, name="u1"), old=vals(id=1, name="n1"),
+                      txn="t2-again", scn=20)])
+    res = apply_once(spark, cfg, "ap")
+    assert (res.superseded, res.errors) == (1, 0) and asked == [False, True]
+    assert table_rows(spark, cfg) == [(1, "u1"), (2, "n2"), (3, "n3"), (4, "n4")]
+    # a data file that records no bound of the column: only a scan knows
+    spark.sql(f"ALTER TABLE {targets.ident('hr.emp')} SET TBLPROPERTIES "
+              "('write.metadata.metrics.column._cf_scn' = 'counts')")
+    enqueue(cfg, [row("UPDATE", new=vals(id=2, name="u2"), old=vals(id=2, name="n2"),
+                      txn="t3", scn=30)])
+    apply_once(spark, cfg, "ap")
+    jt.refresh()
+    assert not older_than(spark, jt, jt.currentSnapshot().snapshotId(), 10**9)
