@@ -117,7 +117,8 @@ def stage(spark: SparkSession, targets: IcebergTargets, table: TargetTable, pass
 
     With ``located`` (the pass's lookup found where the changed keys' rows are), whole
     images of a format-version 2 table are appended and the located rows deleted by
-    position (:mod:`.rowdelta`: no scan of the table); otherwise one ``MERGE INTO``.
+    position (:mod:`.rowdelta`: no scan of the table); into a table with no snapshot
+    yet (no rows), the written images are appended; otherwise one ``MERGE INTO``.
 
     Args:
         images: one row per changed key: the key and data columns, the bookkeeping
@@ -133,10 +134,19 @@ def stage(spark: SparkSession, targets: IcebergTargets, table: TargetTable, pass
     jt = targets.java_table(spark, table.name)
     assert jt is not None
     changed: int | None = None
+    appended = False
     if located is not None and table.snapshot is not None and rowdelta.usable(
             jt, partial=partial, truncate=truncate):
         changed = rowdelta.write(spark, targets, table, branch, images, located,
                                  dict(_active))
+    elif table.snapshot is None and not truncate:
+        # A table without rows yet: every written image is an insert. An append writes
+        # them (a MERGE INTO would plan a join with nothing); rows as MERGE INTO counts.
+        from pyspark.sql import functions as F
+
+        images.where(F.col("_cf_op") != "D").select(*table.column_names, *META) \
+            .writeTo(target).append()
+        appended = True
     else:
         if truncate:
             spark.sql(f"DELETE FROM {target} WHERE true")
@@ -153,7 +163,10 @@ def stage(spark: SparkSession, targets: IcebergTargets, table: TargetTable, pass
     staged.snapshot = ref.snapshotId()
     staged.summary = java_dict(jt.snapshot(staged.snapshot).summary())
     if staged.summary.get(PASS_ID) == pass_id:
-        staged.changed = changed_rows(staged.summary) if changed is None else changed
+        if changed is None:
+            changed = int(staged.summary.get("added-records", 0)) if appended \
+                else changed_rows(staged.summary)
+        staged.changed = changed
     if table.snapshot is not None and not truncate:  # a TRUNCATE starts from nothing
         staged.rows_before = rows_of(java_dict(jt.snapshot(table.snapshot).summary()))
     return staged

@@ -271,3 +271,23 @@ def test_the_lookup_reads_provenance_only_where_a_change_may_be_a_replay(
     apply_once(spark, cfg, "ap")
     jt.refresh()
     assert not older_than(spark, jt, jt.currentSnapshot().snapshotId(), 10**9)
+
+
+def test_the_first_pass_into_a_new_table_appends_its_rows(
+        spark, make_cfg, enqueue) -> None:  # type: ignore[no-untyped-def]
+    """A table with no snapshot yet has no row to match: the pass appends its written
+    images (no MERGE INTO), counting the rows as MERGE INTO would."""
+    cfg = make_cfg(APPLY)
+    enqueue(cfg, [row("INSERT", new=vals(id=1, name="a")),
+                  row("INSERT", new=vals(id=2, name="b"), pos=2),
+                  row("DELETE", old=vals(id=2, name="b"), pos=3),  # gone within the pass
+                  row("INSERT", new=vals(id=3), pos=4)])
+    res = apply_once(spark, cfg, "ap")
+    assert (res.transactions, res.errors, res.rows_changed) == (1, 0, 2)
+    assert table_rows(spark, cfg) == [(1, "a"), (3, None)]
+    jt = targets_of(cfg, cfg.applies[0]).java_table(spark, "hr.emp")
+    snap = jt.currentSnapshot()
+    summary = dict(snap.summary())
+    assert str(snap.operation()) == "append" and summary["added-records"] == "2"
+    assert not any(k.startswith("spark.merge-into.") for k in summary)  # not a MERGE
+    assert summary["changeflow.pass-id"] and [str(b) for b in jt.refs().keySet()] == ["main"]
