@@ -17,7 +17,7 @@ from changeflow.apply import conflicts, images
 from changeflow.apply.config import ConflictHandlerSpec
 from changeflow.apply.errorq import FailedTxn
 from changeflow.apply.positions import TxnId
-from changeflow.targets.catalog import IcebergTargets, TargetTable
+from changeflow.targets.catalog import META, IcebergTargets, TargetTable
 from changeflow.targets.rowdelta import LOCATION, older_than
 
 if TYPE_CHECKING:
@@ -291,7 +291,7 @@ def lookup_current(spark: SparkSession, targets: IcebergTargets, table: TargetTa
     made = ("_cf_src", "_cf_scn", "_cf_pos")
     rows = rows.select(*key_cols, *(made if provenance else ()), *data, "_file", "_pos")
     src, scn, pos = (F.col(c) for c in made) if provenance else (
-        F.lit(None).cast(t) for t in ("string", "bigint", "bigint"))
+        F.lit(None).cast(META[c]) for c in made)
     return rows.join(F.broadcast(keys), key_cols, "left_semi").select(
         *key_cols, F.lit(True).alias("_c_exists"), src.alias("_c_src"),
         scn.alias("_c_scn"), pos.alias("_c_pos"),
