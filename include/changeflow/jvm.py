@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import json
 import os
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -111,6 +112,19 @@ def cds_options(kind: str, jars_dir: str | Path | None = None) -> str:
 
 #: per gateway: one Jackson ``ObjectMapper`` (thread-safe; Spark's own Jackson)
 _MAPPERS: dict[int, Any] = {}
+
+
+def java_each(iterable: Any) -> Iterator[Any]:
+    """The items of a Java ``Iterable`` (a ``List``, a ``Set``, Iceberg's scan tasks).
+
+    A Python ``for`` over a py4j collection ends when Java's iterator throws
+    ``NoSuchElementException``: the exception, its stack trace and a Python traceback
+    cross the gateway, some 14 ms each time (an apply iterated the delete files of
+    every data file it changes so: 0.2-0.3 s a pass). Here ``hasNext`` ends the loop.
+    """
+    it = iterable.iterator()
+    while it.hasNext():
+        yield it.next()
 
 
 def java_dict(jmap: Any) -> dict[str, str]:

@@ -30,7 +30,7 @@ from sqlalchemy.engine import Connection, make_url
 
 from changeflow import lcr
 from changeflow.errors import ConfigError, TargetError
-from changeflow.jvm import java_dict
+from changeflow.jvm import java_dict, java_each
 from changeflow.state import StateStore, utcnow
 from changeflow.state.schema_apply import dropped_tables, target_stats
 
@@ -216,8 +216,8 @@ class IcebergTargets:
         jvm = spark.sparkContext._jvm  # noqa: SLF001
         assert jvm is not None
         out = []
-        for ns in cat.listNamespaces():
-            for ident in cat.listTables(ns):
+        for ns in java_each(cat.listNamespaces()):
+            for ident in java_each(cat.listTables(ns)):
                 out.append(f"{'.'.join(ns.levels())}.{ident.name()}".lower())
         return sorted(out)
 

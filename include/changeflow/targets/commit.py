@@ -34,7 +34,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from changeflow.errors import TargetError, TransientError
-from changeflow.jvm import java_dict
+from changeflow.jvm import java_dict, java_each
 from changeflow.targets import rowdelta
 from changeflow.targets.catalog import META, IcebergTargets, TargetTable, rows_of
 from changeflow.targets.tables import create_branch, drop_branch, q
@@ -258,7 +258,7 @@ def drop_stale_branches(spark: SparkSession, targets: IcebergTargets, table: str
     jt = targets.java_table(spark, table)
     if jt is None:
         return 0
-    stale = [b for b in jt.refs().keySet() if str(b).startswith(prefix)]
+    stale = [b for b in java_each(jt.refs().keySet()) if str(b).startswith(prefix)]
     for b in stale:
         drop_branch(spark, targets, table, str(b))
     return len(stale)

@@ -42,7 +42,7 @@ import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from changeflow.jvm import java_dict
+from changeflow.jvm import java_dict, java_each
 from changeflow.targets.catalog import IcebergTargets
 from changeflow.targets.policy import MaintenancePolicy
 from changeflow.targets.rowdelta import HOTTEST, planned_hottest
@@ -207,7 +207,7 @@ def _call(spark: SparkSession, why: str, sql: str) -> dict[str, Any]:
 
 def _oldest(jt: Any) -> dt.datetime | None:
     """When the table's oldest snapshot was committed."""
-    times = [s.timestampMillis() for s in jt.snapshots()]
+    times = [s.timestampMillis() for s in java_each(jt.snapshots())]
     if not times:
         return None
     return dt.datetime.fromtimestamp(min(times) / 1000, dt.UTC)

@@ -21,7 +21,7 @@ import datetime as dt
 from typing import TYPE_CHECKING, Any
 
 from changeflow.errors import TargetError
-from changeflow.jvm import java_dict
+from changeflow.jvm import java_dict, java_each
 from changeflow.targets.catalog import META, IcebergTargets, rows_of
 from changeflow.targets.rowdelta import SCRATCH
 from changeflow.targets.tables import ancestors
@@ -63,7 +63,7 @@ def snapshots(spark: SparkSession, targets: IcebergTargets, name: str) -> list[d
     on_main = {s.snapshotId() for s in
                ancestors(spark, jt, main.snapshotId() if main is not None else None)}
     out = []
-    for s in sorted(jt.snapshots(), key=lambda s: s.sequenceNumber()):
+    for s in sorted(java_each(jt.snapshots()), key=lambda s: s.sequenceNumber()):
         summary = java_dict(s.summary())
         if summary.get(SCRATCH):  # a pass's data files before its one RowDelta
             continue

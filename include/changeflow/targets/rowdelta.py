@@ -36,9 +36,10 @@ import io
 import itertools
 import logging
 import uuid
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Iterable, Mapping
 from typing import TYPE_CHECKING, Any
 
+from changeflow.jvm import java_each
 from changeflow.targets.catalog import META, IcebergTargets, TargetTable
 from changeflow.targets.tables import ancestors, create_branch, drop_branch
 
@@ -205,14 +206,14 @@ def planned_hottest(spark: SparkSession, jt: Any, snapshot: int, average: float)
     ratio = 0.0
     tasks = jt.newScan().useSnapshot(snapshot).planFiles()
     try:
-        for task in _each(tasks):
+        for task in java_each(tasks):
             f = task.file()
             records = int(f.recordCount())
             if not records or records < average:
                 continue
             loc = str(f.location())
             # the one data file a delete file names: its field, or equal path bounds
-            n = sum(int(d.recordCount()) for d in task.deletes()
+            n = sum(int(d.recordCount()) for d in java_each(task.deletes())
                     if str(d.content()) == "POSITION_DELETES" and named(d) == loc)
             ratio = max(ratio, min(n / records, 1.0))
     finally:
@@ -239,7 +240,7 @@ def older_than(spark: SparkSession, jt: Any, snapshot: int, scn: int) -> bool:
     tasks = jt.newScan().useSnapshot(snapshot).includeColumnStats(
         jvm.java.util.Collections.singletonList("_cf_scn")).planFiles()
     try:
-        for task in _each(tasks):
+        for task in java_each(tasks):
             f = task.file()
             bounds = f.upperBounds()
             bound = bounds.get(fid) if bounds is not None else None
@@ -271,6 +272,7 @@ def _add_deletes(spark: SparkSession, jt: Any, delta: Any, base: int, gone: pa.T
 
     jvm = spark.sparkContext._jvm  # noqa: SLF001
     assert jvm is not None
+    java = _Classes(jvm)  # looked up once: each lookup is a round trip to the JVM
     schema = pa.schema([
         pa.field("file_path", pa.string(), False, {b"PARQUET:field_id": str(FILE_PATH_ID)}),
         pa.field("pos", pa.int64(), False, {b"PARQUET:field_id": str(POS_ID)})])
@@ -309,38 +311,63 @@ def _add_deletes(spark: SparkSession, jt: Any, delta: Any, base: int, gone: pa.T
         pq.write_table(part, buf, compression="zstd")
         blob = buf.getvalue()
         partition = data_file.partition()
-        where = locations.newDataLocation(spec, partition,
-                                          f"cf-deletes-{uuid.uuid4().hex}.parquet")
-        out = fio.newOutputFile(where).create()
-        try:
-            out.write(bytearray(blob))
-        finally:
-            out.close()
+        where = str(locations.newDataLocation(spec, partition,
+                                              f"cf-deletes-{uuid.uuid4().hex}.parquet"))
+        _store(fio, where, blob)
         delta = delta.addDeletes(
-            jvm.org.apache.iceberg.FileMetadata.deleteFileBuilder(spec).ofPositionDeletes()
+            java.delete_file(spec).ofPositionDeletes()
             .withPath(where).withFormat("parquet").withFileSizeInBytes(len(blob))
             .withRecordCount(part.num_rows).withPartition(partition)
-            .withMetrics(_bounds(jvm, path, part)).withReferencedDataFile(path).build())
+            .withMetrics(_bounds(java, path, part)).withReferencedDataFile(path).build())
         start = end
     return delta, ratio
 
 
-def _bounds(jvm: Any, path: str, part: pa.Table) -> Any:
+class _Classes:
+    """The Java classes and methods the row delta calls, looked up once."""
+
+    def __init__(self, jvm: Any):
+        self.wrap = jvm.java.nio.ByteBuffer.wrap
+        self.hash_map = jvm.java.util.HashMap
+        self.metrics = jvm.org.apache.iceberg.Metrics
+        self.delete_file = jvm.org.apache.iceberg.FileMetadata.deleteFileBuilder
+
+
+def _store(fio: Any, location: str, blob: bytes) -> None:
+    """Write a new file of the table: by Arrow where it reaches the location (a local
+    path, the object store), else through the table's ``FileIO``."""
+    from changeflow import storage
+
+    if location.startswith(("/", "file:")) or storage.is_object_store(location):
+        fs, path = storage.filesystem(location)
+        if not storage.is_object_store(location):
+            fs.create_dir(path.rsplit("/", 1)[0], recursive=True)
+        with fs.open_output_stream(path) as out:
+            out.write(blob)
+        return
+    out = fio.newOutputFile(location).create()
+    try:
+        out.write(bytearray(blob))
+    finally:
+        out.close()
+
+
+def _bounds(java: _Classes, path: str, part: pa.Table) -> Any:
     """A position delete file's metrics as Spark's writer records them: its row count and
     the bounds of ``file_path`` (equal: readers such as PyIceberg, DuckDB and Trino match
     the file to its one data file by them, not to every data file of the partition) and
     of ``pos``."""
     import pyarrow.compute as pc
 
-    wrap = jvm.java.nio.ByteBuffer.wrap  # Iceberg's single-value forms, made here
-    lo, hi = jvm.java.util.HashMap(), jvm.java.util.HashMap()
+    wrap = java.wrap  # Iceberg's single-value forms, made here
+    lo, hi = java.hash_map(), java.hash_map()
     name = wrap(bytearray(path.encode()))
     lo.put(FILE_PATH_ID, name)
     hi.put(FILE_PATH_ID, name)
     low, high = (v.as_py() for v in pc.min_max(part.column("pos")).values())
     lo.put(POS_ID, wrap(bytearray(int(low).to_bytes(8, "little", signed=True))))
     hi.put(POS_ID, wrap(bytearray(int(high).to_bytes(8, "little", signed=True))))
-    return jvm.org.apache.iceberg.Metrics(part.num_rows, None, None, None, None, lo, hi)
+    return java.metrics(part.num_rows, None, None, None, None, lo, hi)
 
 
 def _data_files(jt: Any, snapshot: int | None, paths: set[str]
@@ -364,7 +391,7 @@ def _data_files(jt: Any, snapshot: int | None, paths: set[str]
                 continue
             out[loc] = (f, int(f.specId()))
             earlier = []
-            for d in task.deletes():
+            for d in java_each(task.deletes()):
                 ref = d.referencedDataFile()  # position deletes (v2) of this file alone
                 where = str(d.location())
                 if ref is not None and str(ref) == loc and where.endswith(".parquet"):
@@ -445,12 +472,12 @@ def key_counts(spark: SparkSession, jt: Any, snapshot: int, base: int | None,
     changes = jvm.org.apache.iceberg.SnapshotChanges.builderFor(jt).snapshot(snap).build()
     if changes.removedDataFiles().iterator().hasNext():
         return None
-    added = [str(f.location()) for f in _each(changes.addedDataFiles())]
+    added = [str(f.location()) for f in java_each(changes.addedDataFiles())]
     deletes: list[tuple[str, str]] = []
     removed: list[tuple[str, str]] = []
     for into, files in ((deletes, changes.addedDeleteFiles()),
                         (removed, changes.removedDeleteFiles())):
-        for d in _each(files):
+        for d in java_each(files):
             ref = d.referencedDataFile()  # file-scoped, as this module writes them
             if str(d.content()) != "POSITION_DELETES" or ref is None \
                     or not str(d.location()).endswith(".parquet"):
@@ -491,10 +518,3 @@ def _deleted_at(fio: Any, files: list[tuple[str, str]], codes: dict[str, int]) -
         pos = _read(fio, [location], ["pos"]).column("pos").combine_chunks().cast(pa.int64())
         parts.append(pc.add(pos, code << 40))
     return pa.concat_arrays(parts)
-
-
-def _each(iterable: Any) -> Iterator[Any]:
-    """The items of a Java ``Iterable``."""
-    it = iterable.iterator()
-    while it.hasNext():
-        yield it.next()

@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING
 from sqlalchemy import delete
 
 from changeflow.errors import TargetError
-from changeflow.jvm import java_dict
+from changeflow.jvm import java_dict, java_each
 from changeflow.state import schema
 from changeflow.targets import legacy
 from changeflow.targets import tables as ddl_sql
@@ -72,7 +72,7 @@ def _one(spark: SparkSession, targets: IcebergTargets, old: legacy.TargetCatalog
     marker = f"{header.name}@{header.version}"
     jt = targets.java_table(spark, header.name)
     already = jt is not None and any(
-        java_dict(s.summary()).get(FROM) == marker for s in jt.snapshots())
+        java_dict(s.summary()).get(FROM) == marker for s in java_each(jt.snapshots()))
     if jt is not None and not already:
         raise TargetError(f"target table {header.name}: an Iceberg table of that name exists "
                           f"in catalog {targets.name} and was not converted from the old "

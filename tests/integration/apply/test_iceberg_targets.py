@@ -178,7 +178,7 @@ def test_upgrade_converts_an_old_target_and_the_apply_goes_on(
 
 def test_table_metadata_crosses_in_few_calls_equal_to_py4j(spark, make_cfg, enqueue
                                                    ) -> None:  # type: ignore[no-untyped-def]
-    from changeflow.jvm import java_dict
+    from changeflow.jvm import java_dict, java_each
 
     cfg = make_cfg(APPLY)
     enqueue(cfg, [row("INSERT", new=vals(id=i, name=f"n{i}"), pos=i) for i in (1, 2)])
@@ -195,4 +195,10 @@ def test_table_metadata_crosses_in_few_calls_equal_to_py4j(spark, make_cfg, enqu
         expected = dict(jmap)  # py4j, entry by entry
         assert java_dict(jmap) == expected and len(expected) > 3
     assert java_dict(jt.properties())["cf.test"] == 'quo"te, {brace}=é\n'
+    jvm = spark.sparkContext._jvm
+    for n in (0, 3):  # the same items as py4j's own iteration (which ends on an exception)
+        jlist = jvm.java.util.ArrayList()
+        for i in range(n):
+            jlist.add(f"v{i}")
+        assert list(java_each(jlist)) == list(jlist) == [f"v{i}" for i in range(n)]
     assert java_dict(jt.currentSnapshot().summary())["added-records"] == "2"
