@@ -12,8 +12,9 @@ rows lives. A ``MERGE INTO`` would scan the table again to find the same rows. I
 2. the located rows of every changed key are deleted by position: one Parquet position
    delete file per data file (Iceberg's file-scoped deletes, the layout Spark's
    merge-on-read writes), stored in the table's data location and partition (by Arrow
-   where it reaches them, else through the table's ``FileIO``), with the ``file_path`` and ``pos`` bounds Spark's writer records (other
-   readers match a delete file to its one data file by them). As Spark's writer does
+   where it reaches them, else through the table's ``FileIO``), with the ``file_path``
+   and ``pos`` bounds Spark's writer records (other readers match a delete file to its
+   one data file by them). As Spark's writer does
    with file-scoped deletes, the file also holds the positions of the data file's
    earlier delete files, which the commit removes: a
    reader opens one delete file per data file, however many applies changed it;

@@ -1,4 +1,5 @@
-"""The examples in the CLI's and the rules file writer's docstrings are true."""
+"""The examples in the docstrings of the CLI, the rules file writer and the apply's SQL
+text are true."""
 
 from __future__ import annotations
 
@@ -10,7 +11,7 @@ import pytest
 
 @pytest.mark.parametrize("module", [
     "changeflow.cli.output", "changeflow.cli.summary", "changeflow.rules.yamledit",
-    "changeflow.rules.admin", "changeflow.rules.config",
+    "changeflow.rules.admin", "changeflow.rules.config", "changeflow.apply.images",
 ])
 def test_docstring_examples(module: str) -> None:
     result = doctest.testmod(importlib.import_module(module))
