@@ -41,6 +41,7 @@ from collections.abc import Iterable, Mapping
 from typing import TYPE_CHECKING, Any
 
 from changeflow.jvm import java_each
+from changeflow.targets import files as table_files
 from changeflow.targets.catalog import META, IcebergTargets, TargetTable
 from changeflow.targets.tables import ancestors, create_branch, drop_branch
 
@@ -314,7 +315,7 @@ def _add_deletes(spark: SparkSession, jt: Any, delta: Any, base: int, gone: pa.T
         partition = data_file.partition()
         where = str(locations.newDataLocation(spec, partition,
                                               f"cf-deletes-{uuid.uuid4().hex}.parquet"))
-        _store(fio, where, blob)
+        table_files.store(fio, where, blob)
         delta = delta.addDeletes(
             java.delete_file(spec).ofPositionDeletes()
             .withPath(where).withFormat("parquet").withFileSizeInBytes(len(blob))
@@ -332,25 +333,6 @@ class _Classes:
         self.hash_map = jvm.java.util.HashMap
         self.metrics = jvm.org.apache.iceberg.Metrics
         self.delete_file = jvm.org.apache.iceberg.FileMetadata.deleteFileBuilder
-
-
-def _store(fio: Any, location: str, blob: bytes) -> None:
-    """Write a new file of the table: by Arrow where it reaches the location (a local
-    path, the object store), else through the table's ``FileIO``."""
-    from changeflow import storage
-
-    if location.startswith(("/", "file:")) or storage.is_object_store(location):
-        fs, path = storage.filesystem(location)
-        if not storage.is_object_store(location):
-            fs.create_dir(path.rsplit("/", 1)[0], recursive=True)
-        with fs.open_output_stream(path) as out:
-            out.write(blob)
-        return
-    out = fio.newOutputFile(location).create()
-    try:
-        out.write(bytearray(blob))
-    finally:
-        out.close()
 
 
 def _bounds(java: _Classes, path: str, part: pa.Table) -> Any:
@@ -409,35 +391,8 @@ def _data_files(jt: Any, snapshot: int | None, paths: set[str]
 
 
 def _positions(fio: Any, locations: list[str]) -> pa.Array:
-    """The positions earlier delete files of one data file delete (file-scoped: every row
-    names that file)."""
-    return _read(fio, locations, ["pos"]).column("pos").combine_chunks()
-
-
-def _read(fio: Any, locations: list[str], columns: list[str]) -> pa.Table:
-    """Columns of the table's Parquet files: read by Arrow where it reaches the files (a
-    local path, the object store), else through the table's ``FileIO``."""
-    import pyarrow as pa
-    import pyarrow.parquet as pq
-
-    from changeflow import storage
-
-    if not locations:
-        raise ValueError("no files to read")
-    if all(loc.startswith(("/", "file:")) or storage.is_object_store(loc)
-           for loc in locations):
-        fs, _ = storage.filesystem(locations[0])
-        return pq.read_table([storage.filesystem(loc)[1] for loc in locations],
-                             filesystem=fs, columns=columns)
-    parts = []
-    for loc in locations:
-        stream = fio.newInputFile(loc).newStream()
-        try:
-            blob = bytes(stream.readAllBytes())
-        finally:
-            stream.close()
-        parts.append(pq.read_table(io.BytesIO(blob), columns=columns))
-    return pa.concat_tables(parts)
+    """The positions a data file's earlier delete files delete (merged into its new one)."""
+    return table_files.positions(fio, locations)
 
 
 def key_counts(spark: SparkSession, jt: Any, snapshot: int, base: int | None,
@@ -500,7 +455,7 @@ def key_counts(spark: SparkSession, jt: Any, snapshot: int, base: int | None,
     live = located.select(keys).filter(pc.invert(hit.slice(len(earlier))))
     parts = [live.cast(changed.schema)]
     if added:
-        new = _read(fio, added, keys).cast(changed.schema)
+        new = table_files.read(fio, added, keys).cast(changed.schema)
         parts.append(new.join(changed, keys, join_type="left semi").select(keys))
     rows = pa.concat_tables(parts)
     return rows.group_by(keys).aggregate([([], "count_all")]).rename_columns(
@@ -516,6 +471,6 @@ def _deleted_at(fio: Any, files: list[tuple[str, str]], codes: dict[str, int]) -
     parts = [pa.array([], pa.int64())]
     for location, data_file in files:
         code = codes.setdefault(data_file, len(codes))
-        pos = _read(fio, [location], ["pos"]).column("pos").combine_chunks().cast(pa.int64())
+        pos = table_files.positions(fio, [location]).cast(pa.int64())
         parts.append(pc.add(pos, code << 40))
     return pa.concat_arrays(parts)

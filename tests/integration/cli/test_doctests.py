@@ -12,6 +12,7 @@ import pytest
 @pytest.mark.parametrize("module", [
     "changeflow.cli.output", "changeflow.cli.summary", "changeflow.rules.yamledit",
     "changeflow.rules.admin", "changeflow.rules.config", "changeflow.apply.images",
+    "changeflow.targets.files",
 ])
 def test_docstring_examples(module: str) -> None:
     result = doctest.testmod(importlib.import_module(module))
