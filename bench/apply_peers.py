@@ -9,9 +9,15 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
+    from collections.abc import Callable
+
     from pyspark.sql import DataFrame, SparkSession
 
 PEER = "bench.peer"
+
+
+class CandidateFailed(RuntimeError):
+    """The candidate's run between a peer's runs failed: the benchmark stops."""
 
 
 def _timed(fn: Any) -> tuple[float, Any]:
@@ -21,10 +27,13 @@ def _timed(fn: Any) -> tuple[float, Any]:
 
 
 def merge_into(spark: SparkSession, targets: Any, root: Path, n_rows: int,
-               n_changes: int) -> dict[str, Any]:
+               n_changes: int, between: Callable[[int], Any] | None = None
+               ) -> dict[str, Any]:
     """Iceberg's ``MERGE INTO`` of ``n_changes`` row images into a table of the same rows
     and properties (merge-on-read), four times (cold, then three warm: their median);
-    row images read from Parquet."""
+    row images read from Parquet. ``between(run)``, when given, runs before each
+    ``MERGE INTO`` (the candidate's runs interleaved with the peer's: the same JVM, as
+    warm, on both sides)."""
     from pyspark.sql import functions as F
 
     from bench.apply_bench import changed_ids, employees, make_table
@@ -41,6 +50,11 @@ def merge_into(spark: SparkSession, targets: Any, root: Path, n_rows: int,
             sql = (f"MERGE INTO {targets.ident(PEER)} t USING (SELECT * FROM parquet.`{path}`) s "
                    "ON t.id = s.id WHEN MATCHED THEN UPDATE SET * "
                    "WHEN NOT MATCHED THEN INSERT *")
+            if between is not None:
+                try:
+                    between(run)
+                except Exception as exc:  # the candidate's failure is not the peer's
+                    raise CandidateFailed(f"between MERGE INTO runs: {exc}") from exc
             runs.append(_timed(lambda sql=sql: spark.sql(sql).collect())[0])
         jt = targets.java_table(spark, PEER)
         summary = dict(jt.currentSnapshot().summary())
@@ -57,6 +71,8 @@ def merge_into(spark: SparkSession, targets: Any, root: Path, n_rows: int,
         else:
             failed = None
         spark.sql(f"DROP TABLE IF EXISTS {targets.ident(PEER)} PURGE")
+    except CandidateFailed:
+        raise
     except Exception as exc:  # noqa: BLE001  (a failed peer is a miss with its reason)
         return {"skipped": f"MERGE INTO failed: {type(exc).__name__}: {exc}"[:500]}
     return {"seconds": statistics.median(runs[1:]), "cold_seconds": round(runs[0], 3),

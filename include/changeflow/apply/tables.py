@@ -18,7 +18,8 @@ from changeflow.apply.config import ConflictHandlerSpec
 from changeflow.apply.errorq import FailedTxn
 from changeflow.apply.positions import TxnId
 from changeflow.targets.catalog import META, IcebergTargets, TargetTable
-from changeflow.targets.rowdelta import LOCATION, older_than
+from changeflow.targets.plans import older_than
+from changeflow.targets.rowdelta import LOCATION
 
 if TYPE_CHECKING:
     import pyarrow as pa

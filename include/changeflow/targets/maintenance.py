@@ -11,7 +11,7 @@ the changes: only the files that need it are rewritten.
   ``files_per_bucket`` per bucket (beyond the full-size files the table's bytes fill),
   deleted rows more than ``delete_ratio`` of the table's records, or an apply has
   deleted ``delete_ratio`` of some data file's rows (the apply's row delta records the
-  largest share in the snapshot summary: :func:`changeflow.targets.rowdelta.hottest`;
+  largest share in the snapshot summary: :func:`changeflow.targets.plans.hottest`;
   after another writer's snapshot, a ``MERGE INTO`` of partial images or any write to a
   format-version 3 table, the scan plan tells it, when the table's deleted rows could
   make a file due at all: :func:`hottest_now`).
@@ -44,8 +44,8 @@ from typing import TYPE_CHECKING, Any
 
 from changeflow.jvm import java_dict, java_each
 from changeflow.targets.catalog import IcebergTargets
+from changeflow.targets.plans import HOTTEST, planned_hottest
 from changeflow.targets.policy import MaintenancePolicy
-from changeflow.targets.rowdelta import HOTTEST, planned_hottest
 from changeflow.targets.tables import q
 
 if TYPE_CHECKING:
@@ -64,7 +64,7 @@ def due(summary: dict[str, str], buckets: int, policy: MaintenancePolicy,
     Data files count as too many past ``files_per_bucket`` per bucket more than the
     files of the target size the table's bytes fill (a large table's full-size files
     are not a reason to rewrite). ``hot`` is the largest share of a data file's rows
-    deleted since the last rewrite (:func:`changeflow.targets.rowdelta.hottest`).
+    deleted since the last rewrite (:func:`changeflow.targets.plans.hottest`).
 
     >>> p = MaintenancePolicy()
     >>> due({"total-records": "1000", "total-position-deletes": "50",
@@ -126,7 +126,7 @@ def maintain(spark: SparkSession, targets: IcebergTargets, table: str,
         return done
     jt = targets.java_table(spark, table)
     snap = jt.currentSnapshot() if jt is not None else None
-    if snap is None:
+    if jt is None or snap is None:
         return done
     summary = java_dict(snap.summary())
     target = int(java_dict(jt.properties()).get("write.target-file-size-bytes",

@@ -34,16 +34,18 @@ the pass, or a format-version 3 table (deletion vectors) take ``MERGE INTO``
 from __future__ import annotations
 
 import io
-import itertools
 import logging
 import uuid
-from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from changeflow.errors import TargetError
 from changeflow.jvm import java_each
+from changeflow.spark import concurrently
 from changeflow.targets import files as table_files
 from changeflow.targets.catalog import META, IcebergTargets, TargetTable
-from changeflow.targets.tables import ancestors, create_branch, drop_branch
+from changeflow.targets.plans import HOTTEST, hottest, planned_hottest
+from changeflow.targets.tables import create_branch, drop_branch
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -59,14 +61,6 @@ PROPERTY_PREFIX = "spark.sql.iceberg.snapshot-property."
 #: the summary property of a scratch branch's snapshot (off ``main``, never published:
 #: :func:`changeflow.targets.read.snapshots` leaves it out)
 SCRATCH = "changeflow.scratch"
-#: the summary property of the largest share of a data file's rows deleted since the
-#: table's data files were last rewritten, as the row deltas know it, among the files of
-#: at least the table's average rows per data file (the small files the applies add are
-#: merged for being small): maintenance reads it to rewrite a file where the changes
-#: concentrate before the whole table is due (:func:`changeflow.targets.maintenance.due`)
-HOTTEST = "changeflow.max-file-deleted-ratio"
-#: how far back :func:`hottest` looks for the property (past snapshots of other writers)
-_LOOKBACK = 20
 
 
 def usable(jt: Any, *, partial: bool, truncate: bool) -> bool:
@@ -102,18 +96,29 @@ def write(spark: SparkSession, targets: IcebergTargets, table: TargetTable, bran
     scratch = f"{branch}w"
     cached = images.is_cached  # the pass keeps its images for the quality check
     images = images if cached else images.persist()
-    try:
-        gone = _gone(located, images.select(*keys, "_cf_op").toArrow(), keys)
-        create_branch(spark, targets, table.name, scratch, base)
+
+    def append() -> None:
         # a write option, not the session's setting: other tables of the pass write at
         # the same time (their snapshots are no scratch)
         images.where(F.col("_cf_op") == "W").select(*table.column_names, *META) \
             .writeTo(targets.ident(table.name, branch=scratch)) \
             .option(f"snapshot-property.{SCRATCH}", "true").append()
+
+    jt = targets.java_table(spark, table.name)
+    if jt is None or base is None:
+        raise TargetError(f"target table {table.name} was dropped while the apply wrote it")
+    try:
+        gone = _gone(located, images.select(*keys, "_cf_op").toArrow(), keys)
+        create_branch(spark, targets, table.name, scratch, base)
+        # The delete files name rows of ``base``: they are written on the driver while
+        # Spark writes the images (the driver's JVM calls and Arrow writes beside the job).
+        deletes = concurrently(spark, lambda step: step(), [
+            append, lambda: _deletes(spark, jt, base, gone)], 2)[1]
+        assert isinstance(deletes, Deletes)
     finally:
         if not cached:
             images.unpersist()
-    jt = targets.java_table(spark, table.name)
+    jt.refresh()
     added = jt.snapshot(jt.refs().get(scratch).snapshotId())
     files = []
     if added.snapshotId() != base:  # the table's specs: not read again from each manifest
@@ -128,16 +133,11 @@ def write(spark: SparkSession, targets: IcebergTargets, table: TargetTable, bran
         delta = delta.set(k, v)
     for f in files:
         delta = delta.addRows(f)
-    ratio = 0.0
-    summary = jt.snapshot(base).summary()  # the table the pass read
-    average = int(summary.get("total-records") or 0) / max(
-        int(summary.get("total-data-files") or 0), 1)
-    if gone.num_rows:
-        delta, ratio = _add_deletes(spark, jt, delta, base, gone, average)
-    before = hottest(spark, jt, base)  # carried on; planned after another writer's deletes
-    if before is None:
-        before = planned_hottest(spark, jt, base, average)
-    delta = delta.set(HOTTEST, str(round(max(ratio, before), 6)))
+    for d in deletes.added:
+        delta = delta.addDeletes(d)
+    for d in deletes.removed:  # merged into the new ones
+        delta = delta.removeDeletes(d)
+    delta = delta.set(HOTTEST, str(round(deletes.hottest, 6)))
     if files or gone.num_rows:
         delta.commit()
     drop_branch(spark, targets, table.name, scratch)
@@ -156,117 +156,40 @@ def _gone(located: pa.Table, ops: pa.Table, keys: list[str]) -> pa.Table:
         "_deleted", pc.equal(both["_cf_op"], "D"))
 
 
-def hottest(spark: SparkSession, jt: Any, snapshot: int | None) -> float | None:
-    """The largest share of a data file's rows deleted since the table's data files were
-    last rewritten, as the row deltas up to ``snapshot`` recorded it (:data:`HOTTEST`;
-    0.0 from a rewrite of data files on, or where no row delta recorded it); None where
-    another writer (Spark's ``MERGE INTO`` of partial images, a ``DELETE``) deleted rows
-    since: only the scan plan tells (:func:`planned_hottest`).
-    """
-    return hottest_of((str(s.operation()), s.summary())
-                      for s in ancestors(spark, jt, snapshot))
+@dataclass
+class Deletes:
+    """What a row delta adds and removes of delete files, and :data:`HOTTEST` after it."""
+
+    added: list[Any] = field(default_factory=list)  # Iceberg ``DeleteFile``
+    removed: list[Any] = field(default_factory=list)
+    hottest: float = 0.0
 
 
-def hottest_of(chain: Iterable[tuple[str, Mapping[str, str]]], *,
-               others: bool = True) -> float | None:
-    """:func:`hottest` over a table's snapshots, newest first, as (operation, summary):
-    any reader's view of the metadata (Iceberg's Java API, PyIceberg). With ``others``
-    false, other writers' deletes are passed over (what the row deltas recorded).
-
-    >>> hottest_of([("append", {}), ("overwrite", {HOTTEST: "0.25"})])
-    0.25
-    >>> hottest_of([("replace", {"deleted-data-files": "3"}),
-    ...             ("overwrite", {HOTTEST: "0.25"})])
-    0.0
-    >>> chain = [("delete", {"added-position-deletes": "7"}),
-    ...          ("overwrite", {HOTTEST: "0.25"})]
-    >>> hottest_of(chain) is None, hottest_of(chain, others=False)
-    (True, 0.25)
-    """
-    for operation, summary in itertools.islice(chain, _LOOKBACK):
-        if summary.get(HOTTEST) is not None:
-            return float(summary.get(HOTTEST))
-        if operation == "replace":
-            if summary.get("deleted-data-files"):
-                return 0.0
-        elif others and (int(summary.get("added-position-deletes") or 0)
-                         or int(summary.get("added-dvs") or 0)):
-            return None
-    return 0.0
+def _deletes(spark: SparkSession, jt: Any, base: int, gone: pa.Table) -> Deletes:
+    """The delete files of a row delta on ``base`` deleting ``gone`` (written), the
+    earlier ones they replace, and the largest share of a data file's rows deleted since
+    the last rewrite, carried on from ``base`` (planned after another writer's deletes)."""
+    summary = jt.snapshot(base).summary()  # the table the pass read
+    average = int(summary.get("total-records") or 0) / max(
+        int(summary.get("total-data-files") or 0), 1)
+    out = Deletes()
+    if gone.num_rows:
+        out = _add_deletes(spark, jt, base, gone, average)
+    before = hottest(spark, jt, base)
+    if before is None:
+        before = planned_hottest(spark, jt, base, average)
+    out.hottest = max(out.hottest, before)
+    return out
 
 
-def planned_hottest(spark: SparkSession, jt: Any, snapshot: int, average: float) -> float:
-    """The largest share of a data file's rows deleted at ``snapshot``, from the table's
-    scan plan, among the files of at least ``average`` rows: the deletes of any writer
-    (Spark's ``MERGE INTO`` and ``DELETE``, a format-version 3 table's deletion vectors)
-    that name one data file (position deletes scoped to a whole partition are not
-    counted). A look at every data file's metadata, for a snapshot no row delta wrote
-    (:data:`HOTTEST` records it for those)."""
-    jvm = spark.sparkContext._jvm  # noqa: SLF001
-    assert jvm is not None
-    named = jvm.org.apache.iceberg.util.ContentFileUtil.referencedDataFileLocation
-    ratio = 0.0
-    tasks = jt.newScan().useSnapshot(snapshot).planFiles()
-    try:
-        for task in java_each(tasks):
-            f = task.file()
-            records = int(f.recordCount())
-            if not records or records < average:
-                continue
-            loc = str(f.location())
-            # the one data file a delete file names: its field, or equal path bounds
-            n = sum(int(d.recordCount()) for d in java_each(task.deletes())
-                    if str(d.content()) == "POSITION_DELETES" and named(d) == loc)
-            ratio = max(ratio, min(n / records, 1.0))
-    finally:
-        tasks.close()
-    return ratio
-
-
-def older_than(spark: SparkSession, jt: Any, snapshot: int, scn: int) -> bool:
-    """Whether every row of the table at ``snapshot`` was written at a commit position
-    (``_cf_scn``) below ``scn`` (or has none), as the data files' column bounds tell
-    (Iceberg's metrics, from the manifests: no scan).
-
-    False as soon as a data file's upper bound reaches ``scn``, or a data file with
-    non-NULL values records no bound (metrics off for the column): only a scan knows.
-    """
-    field = jt.schema().findField("_cf_scn")
-    if field is None:
-        return False
-    jvm = spark.sparkContext._jvm  # noqa: SLF001
-    assert jvm is not None
-    value = jvm.org.apache.iceberg.types.Conversions.fromByteBuffer
-    fid, ftype = field.fieldId(), field.type()
-    # only this column's stats: the manifests' other bounds are not kept in memory
-    tasks = jt.newScan().useSnapshot(snapshot).includeColumnStats(
-        jvm.java.util.Collections.singletonList("_cf_scn")).planFiles()
-    try:
-        for task in java_each(tasks):
-            f = task.file()
-            bounds = f.upperBounds()
-            bound = bounds.get(fid) if bounds is not None else None
-            if bound is None:
-                nulls = f.nullValueCounts()
-                n = nulls.get(fid) if nulls is not None else None
-                if n is None or int(n) < int(f.recordCount()):
-                    return False
-            elif int(value(ftype, bound)) >= scn:
-                return False
-    finally:
-        tasks.close()
-    return True
-
-
-def _add_deletes(spark: SparkSession, jt: Any, delta: Any, base: int, gone: pa.Table,
-                 average: float) -> tuple[Any, float]:
+def _add_deletes(spark: SparkSession, jt: Any, base: int, gone: pa.Table,
+                 average: float) -> Deletes:
     """Write one position delete file per data file that loses rows, holding its earlier
-    delete files' positions too; add them to ``delta`` (an Iceberg ``RowDelta``) and
-    remove the earlier ones from it.
+    delete files' positions too (the earlier ones are to be removed).
 
     Returns:
-        The delta, and the largest share of a data file's rows its deletes now delete,
-        among the files of at least ``average`` rows.
+        The new delete files, the earlier ones, and the largest share of a data file's
+        rows the new ones delete, among the files of at least ``average`` rows.
     """
     import pyarrow as pa
     import pyarrow.compute as pc
@@ -285,18 +208,18 @@ def _add_deletes(spark: SparkSession, jt: Any, delta: Any, base: int, gone: pa.T
     fio, locations = jt.io(), jt.locationProvider()
     codes, positions = [enc.indices.cast(pa.int32())], [gone.column("pos").combine_chunks()]
     index = {path: i for i, path in enumerate(wanted)}
+    out = Deletes()
     for path, earlier in previous.items():  # merged into the new file, removed by the commit
         pos = _positions(fio, [loc for _, loc in earlier])
         codes.append(pa.repeat(pa.scalar(index[path], pa.int32()), len(pos)))
         positions.append(pos)
-        for d, _ in earlier:
-            delta = delta.removeDeletes(d)
+        out.removed.extend(d for d, _ in earlier)
     rows = pa.table({"code": pa.concat_arrays(codes),
                      "pos": pa.concat_arrays(positions).cast(pa.int64())}).sort_by(
         [("code", "ascending"), ("pos", "ascending")])  # as the spec wants a file's rows
     code = rows.column("code").combine_chunks()
     specs: dict[int, Any] = {}
-    ratio, start, n = 0.0, 0, rows.num_rows
+    start, n = 0, rows.num_rows
     ends = pc.not_equal(code.slice(1), code.slice(0, n - 1)) if n > 1 else pa.array([])
     for end in [i + 1 for i, c in enumerate(ends.to_pylist()) if c] + [n]:
         path = wanted[code[start].as_py()]
@@ -305,7 +228,7 @@ def _add_deletes(spark: SparkSession, jt: Any, delta: Any, base: int, gone: pa.T
         data_file, spec_id = files[path]
         records = int(data_file.recordCount())
         if records >= average:
-            ratio = max(ratio, part.num_rows / max(records, 1))
+            out.hottest = max(out.hottest, part.num_rows / max(records, 1))
         spec = specs.get(spec_id)
         if spec is None:
             spec = specs[spec_id] = jt.specs().get(spec_id)
@@ -316,13 +239,13 @@ def _add_deletes(spark: SparkSession, jt: Any, delta: Any, base: int, gone: pa.T
         where = str(locations.newDataLocation(spec, partition,
                                               f"cf-deletes-{uuid.uuid4().hex}.parquet"))
         table_files.store(fio, where, blob)
-        delta = delta.addDeletes(
+        out.added.append(
             java.delete_file(spec).ofPositionDeletes()
             .withPath(where).withFormat("parquet").withFileSizeInBytes(len(blob))
             .withRecordCount(part.num_rows).withPartition(partition)
             .withMetrics(_bounds(java, path, part)).withReferencedDataFile(path).build())
         start = end
-    return delta, ratio
+    return out
 
 
 class _Classes:
@@ -441,7 +364,8 @@ def key_counts(spark: SparkSession, jt: Any, snapshot: int, base: int | None,
             into.append((str(d.location()), str(ref)))
     if removed and not deletes:
         return None
-    fio, keys, codes = jt.io(), changed.column_names, {}
+    fio, keys = jt.io(), changed.column_names
+    codes: dict[str, int] = {}
     at = _deleted_at(fio, deletes, codes)
     earlier = _deleted_at(fio, removed, codes)
     code = pc.index_in(located.column(LOCATION[0]), value_set=pa.array(

@@ -16,8 +16,8 @@ from changeflow.config import ApplySpec, PipelineConfig
 from changeflow.sites import queue_site
 from changeflow.targets.catalog import IcebergTargets, rows_of
 from changeflow.targets.maintenance import hottest_at
+from changeflow.targets.plans import hottest_of
 from changeflow.targets.read import pyiceberg_catalog
-from changeflow.targets.rowdelta import hottest_of
 from changeflow.views.common import check_component
 
 TABLE_COLUMNS = (
@@ -64,7 +64,7 @@ def _hottest(table: Any, delete_ratio: float) -> float:
     PyIceberg does not read the data file a format-version 2 delete file names
     (``referenced_data_file``), only its ``file_path`` bounds (which the row deltas'
     delete files carry, as Spark's do): the share the row deltas recorded on ``main``
-    (:func:`changeflow.targets.rowdelta.hottest_of`) counts too, for older files."""
+    (:func:`changeflow.targets.plans.hottest_of`) counts too, for older files."""
     cur = table.metadata.current_snapshot()
     if cur is None:
         return 0.0
@@ -75,7 +75,7 @@ def _hottest(table: Any, delete_ratio: float) -> float:
 
 
 def _planned(table: Any, snapshot_id: int, average: float) -> float:
-    """:func:`changeflow.targets.rowdelta.planned_hottest` with PyIceberg's scan plan,
+    """:func:`changeflow.targets.plans.planned_hottest` with PyIceberg's scan plan,
     over the delete files whose data file it can tell: deletion vectors (from their
     Puffin files' blob metadata, :func:`_vectors`) and Parquet position deletes whose
     ``file_path`` bounds name one file (PyIceberg's own rule)."""

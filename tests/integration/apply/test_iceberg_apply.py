@@ -235,7 +235,7 @@ def test_the_lookup_reads_provenance_only_where_a_change_may_be_a_replay(
     than every row: then the lookup reads no row's provenance. A change at a position a
     row already has is still found a replay."""
     from changeflow.apply import tables as plan_tables
-    from changeflow.targets.rowdelta import older_than
+    from changeflow.targets.plans import older_than
 
     asked: list[bool] = []
     lookup = plan_tables.lookup_current

@@ -1,5 +1,5 @@
-"""The examples in the docstrings of the CLI, the rules file writer and the apply's SQL
-text are true."""
+"""The examples in the docstrings of the CLI, the rules file writer, the apply's SQL
+text and the target tables' maintenance policy are true."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ import pytest
 @pytest.mark.parametrize("module", [
     "changeflow.cli.output", "changeflow.cli.summary", "changeflow.rules.yamledit",
     "changeflow.rules.admin", "changeflow.rules.config", "changeflow.apply.images",
-    "changeflow.targets.files",
+    "changeflow.targets.files", "changeflow.targets.plans", "changeflow.targets.maintenance",
 ])
 def test_docstring_examples(module: str) -> None:
     result = doctest.testmod(importlib.import_module(module))

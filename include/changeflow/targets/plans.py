@@ -1,0 +1,132 @@
+"""What a target table's metadata tells without a scan: the data files' column bounds
+and the share of a data file's rows deleted since the last rewrite.
+
+The apply asks whether every row is older than its changes (:func:`older_than`: then its
+lookup reads no provenance), and the row delta and maintenance ask how far the deletes
+have concentrated in one data file (:func:`hottest`, :func:`planned_hottest`). Both are
+answered from Iceberg's manifests and snapshot summaries (the Java API), never from the
+data files.
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Iterable, Mapping
+from typing import TYPE_CHECKING, Any
+
+from changeflow.jvm import java_each
+from changeflow.targets.tables import ancestors
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
+
+#: the summary property of the largest share of a data file's rows deleted since the
+#: table's data files were last rewritten, as the row deltas know it, among the files of
+#: at least the table's average rows per data file (the small files the applies add are
+#: merged for being small): maintenance reads it to rewrite a file where the changes
+#: concentrate before the whole table is due (:func:`changeflow.targets.maintenance.due`)
+HOTTEST = "changeflow.max-file-deleted-ratio"
+#: how far back :func:`hottest` looks for the property (past snapshots of other writers)
+_LOOKBACK = 20
+
+
+def hottest(spark: SparkSession, jt: Any, snapshot: int | None) -> float | None:
+    """The largest share of a data file's rows deleted since the table's data files were
+    last rewritten, as the row deltas up to ``snapshot`` recorded it (:data:`HOTTEST`;
+    0.0 from a rewrite of data files on, or where no row delta recorded it); None where
+    another writer (Spark's ``MERGE INTO`` of partial images, a ``DELETE``) deleted rows
+    since: only the scan plan tells (:func:`planned_hottest`).
+    """
+    return hottest_of((str(s.operation()), s.summary())
+                      for s in ancestors(spark, jt, snapshot))
+
+
+def hottest_of(chain: Iterable[tuple[str, Mapping[str, str]]], *,
+               others: bool = True) -> float | None:
+    """:func:`hottest` over a table's snapshots, newest first, as (operation, summary):
+    any reader's view of the metadata (Iceberg's Java API, PyIceberg). With ``others``
+    false, other writers' deletes are passed over (what the row deltas recorded).
+
+    >>> hottest_of([("append", {}), ("overwrite", {HOTTEST: "0.25"})])
+    0.25
+    >>> hottest_of([("replace", {"deleted-data-files": "3"}),
+    ...             ("overwrite", {HOTTEST: "0.25"})])
+    0.0
+    >>> chain = [("delete", {"added-position-deletes": "7"}),
+    ...          ("overwrite", {HOTTEST: "0.25"})]
+    >>> hottest_of(chain) is None, hottest_of(chain, others=False)
+    (True, 0.25)
+    """
+    for operation, summary in itertools.islice(chain, _LOOKBACK):
+        if summary.get(HOTTEST) is not None:
+            return float(summary[HOTTEST])
+        if operation == "replace":
+            if summary.get("deleted-data-files"):
+                return 0.0
+        elif others and (int(summary.get("added-position-deletes") or 0)
+                         or int(summary.get("added-dvs") or 0)):
+            return None
+    return 0.0
+
+
+def planned_hottest(spark: SparkSession, jt: Any, snapshot: int, average: float) -> float:
+    """The largest share of a data file's rows deleted at ``snapshot``, from the table's
+    scan plan, among the files of at least ``average`` rows: the deletes of any writer
+    (Spark's ``MERGE INTO`` and ``DELETE``, a format-version 3 table's deletion vectors)
+    that name one data file (position deletes scoped to a whole partition are not
+    counted). A look at every data file's metadata, for a snapshot no row delta wrote
+    (:data:`HOTTEST` records it for those)."""
+    jvm = spark.sparkContext._jvm  # noqa: SLF001
+    assert jvm is not None
+    named = jvm.org.apache.iceberg.util.ContentFileUtil.referencedDataFileLocation
+    ratio = 0.0
+    tasks = jt.newScan().useSnapshot(snapshot).planFiles()
+    try:
+        for task in java_each(tasks):
+            f = task.file()
+            records = int(f.recordCount())
+            if not records or records < average:
+                continue
+            loc = str(f.location())
+            # the one data file a delete file names: its field, or equal path bounds
+            n = sum(int(d.recordCount()) for d in java_each(task.deletes())
+                    if str(d.content()) == "POSITION_DELETES" and named(d) == loc)
+            ratio = max(ratio, min(n / records, 1.0))
+    finally:
+        tasks.close()
+    return ratio
+
+
+def older_than(spark: SparkSession, jt: Any, snapshot: int, scn: int) -> bool:
+    """Whether every row of the table at ``snapshot`` was written at a commit position
+    (``_cf_scn``) below ``scn`` (or has none), as the data files' column bounds tell
+    (Iceberg's metrics, from the manifests: no scan).
+
+    False as soon as a data file's upper bound reaches ``scn``, or a data file with
+    non-NULL values records no bound (metrics off for the column): only a scan knows.
+    """
+    field = jt.schema().findField("_cf_scn")
+    if field is None:
+        return False
+    jvm = spark.sparkContext._jvm  # noqa: SLF001
+    assert jvm is not None
+    value = jvm.org.apache.iceberg.types.Conversions.fromByteBuffer
+    fid, ftype = field.fieldId(), field.type()
+    # only this column's stats: the manifests' other bounds are not kept in memory
+    tasks = jt.newScan().useSnapshot(snapshot).includeColumnStats(
+        jvm.java.util.Collections.singletonList("_cf_scn")).planFiles()
+    try:
+        for task in java_each(tasks):
+            f = task.file()
+            bounds = f.upperBounds()
+            bound = bounds.get(fid) if bounds is not None else None
+            if bound is None:
+                nulls = f.nullValueCounts()
+                n = nulls.get(fid) if nulls is not None else None
+                if n is None or int(n) < int(f.recordCount()):
+                    return False
+            elif int(value(ftype, bound)) >= scn:
+                return False
+    finally:
+        tasks.close()
+    return True
