@@ -9,13 +9,14 @@ set), conflict detection on, quality checks on, maintenance on. Each apply is
 ``changeflow.apply.engine.apply_once``; the first of a process is *cold* (reported
 beside the warm figure), the figures compare warm with warm: a pass runs a few dozen
 small Spark queries, whose generated code and JIT settle over its first applies (the
-second took 11.0 s, the twelfth 4.8 s), while a peer's one big query settles within its
-first run. So the warm apply is measured where the peers are, in the same JVM at the same
-time: the *median* of applies 19-22, each run just before one of the ``MERGE INTO``
-peer's four runs (interleaved, as an A/B comparison is), and each peer's warm figure is
-the median of its warm runs. The median of applies 2-12 that did no maintenance (while
-the JIT settles; the warm figure until 2026-12-06) and the second apply are kept beside
-it.
+second took 8.5 s, the twelfth 4.8 s), while a peer's one big query settles within its
+first run, and the peer's runs change what the JIT made of the code both share (the
+Parquet reader, Iceberg's writer: applies run between them took 6.0-8.1 s, against
+4.8-6.3 s before). So the warm apply is measured where the peers are, in the same JVM
+at the same time: the *median* of applies 19-22, each run just before one of the ``MERGE
+INTO`` peer's four runs (interleaved, as an A/B comparison is), and each peer's warm
+figure is the median of its warm runs. The median of applies 2-12 that did no
+maintenance (the warm figure until 2026-12-06) and the second apply are kept beside it.
 
 * ``apply.changes``: the warm apply over a full rewrite of the same table by the same
   engine (Spark: ``CREATE OR REPLACE TABLE ... USING iceberg ... AS SELECT``, same
