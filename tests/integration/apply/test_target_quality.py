@@ -8,6 +8,7 @@ from dataclasses import replace
 import pytest
 
 from changeflow.apply.engine import apply_once, targets_of
+from changeflow.jvm import java_each
 from changeflow.quality import QualityError, check_target
 from changeflow.quality.target import TargetWrite
 from changeflow.sites import consumer_name, queue_site
@@ -140,3 +141,48 @@ def test_column_types_must_be_the_declared_ones(spark, make_cfg, enqueue) -> Non
     assert fail.samples == [{"table_name": "hr.emp", "column": "name", "declared": "bigint",
                              "written": "string", "type_as_declared": False}]
     assert read_table(spark, targets, "hr.emp").count() == 1
+
+
+def test_a_failed_delete_write_beside_the_append_publishes_nothing(
+        spark, make_cfg, enqueue, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    """The row delta writes its delete files on the driver while Spark appends the
+    images: when the delete files cannot be written, the append that succeeded beside it
+    is never committed to ``main``, and the same batch applies once on the next run."""
+    from changeflow.targets import rowdelta
+
+    cfg = make_cfg(APPLY)
+    enqueue(cfg, [row("INSERT", new=vals(id=i, name=f"n{i}"), pos=i) for i in range(1, 5)])
+    apply_once(spark, cfg, "ap")
+    targets = targets_of(cfg, cfg.applies[0])
+    jt = targets.java_table(spark, "hr.emp")
+    snapshot = jt.currentSnapshot().snapshotId()
+    before = table_rows(spark, cfg)
+    enqueue(cfg, [row("UPDATE", old=vals(id=1, name="n1"), new=vals(id=1, name="u1"),
+                      txn="t2", scn=20),
+                  row("DELETE", old=vals(id=3, name="n3"), txn="t2", scn=20, pos=2)])
+    scratch: list[str] = []
+    real_branch = rowdelta.create_branch
+
+    def branch(*a, **k):  # type: ignore[no-untyped-def]
+        scratch.append(a[3])
+        return real_branch(*a, **k)
+
+    monkeypatch.setattr(rowdelta, "create_branch", branch)
+
+    def refused(*a, **k):  # type: ignore[no-untyped-def]
+        raise OSError("the store refused a delete file")
+
+    with monkeypatch.context() as m:
+        m.setattr(rowdelta, "_add_deletes", refused)
+        with pytest.raises(OSError, match="refused a delete file"):
+            apply_once(spark, cfg, "ap")
+    assert len(scratch) == 1  # the row delta's path was taken
+    jt.refresh()
+    assert jt.currentSnapshot().snapshotId() == snapshot and table_rows(spark, cfg) == before
+    rt, q = queue_site(cfg, QUEUE)
+    assert len(rt.catalog.pending(q, consumer_name("apply", "ap"))) == 1
+    apply_once(spark, cfg, "ap")  # without the fault, the same batch applies once
+    assert table_rows(spark, cfg, cols=["id", "name"]) == [(1, "u1"), (2, "n2"), (4, "n4")]
+    jt.refresh()
+    assert [str(r) for r in java_each(jt.refs().keySet())] == ["main"]  # no branch left
+    assert not rt.catalog.pending(q, consumer_name("apply", "ap"))
