@@ -120,14 +120,12 @@ def write(spark: SparkSession, targets: IcebergTargets, table: TargetTable, bran
             images.unpersist()
     jt.refresh()
     added = jt.snapshot(jt.refs().get(scratch).snapshotId())
-    files = []
+    files: list[Any] = []
     if added.snapshotId() != base:  # the table's specs: not read again from each manifest
         jvm = spark.sparkContext._jvm  # noqa: SLF001
         assert jvm is not None
-        it = jvm.org.apache.iceberg.SnapshotChanges.builderFor(jt).snapshot(added).build() \
-            .addedDataFiles().iterator()
-        while it.hasNext():
-            files.append(it.next())
+        files = list(java_each(jvm.org.apache.iceberg.SnapshotChanges.builderFor(jt)
+                               .snapshot(added).build().addedDataFiles()))
     delta = jt.newRowDelta().toBranch(branch).validateFromSnapshot(base)
     for k, v in props.items():
         delta = delta.set(k, v)
