@@ -21,7 +21,11 @@ the changes: only the files that need it are rewritten.
     ``files_per_bucket`` (:func:`small_file_bytes`), two or more in a bucket: the files
     the applies added, merged into one per bucket;
   - the files whose own deleted share reaches ``delete_ratio`` (Iceberg's
-    ``delete-ratio-threshold``): where the changes concentrate, those files only;
+    ``delete-ratio-threshold``): where the changes concentrate, those files only. When
+    deleted rows made the rewrite due, the files past :data:`NEAR` of the ratio go with
+    them (:func:`delete_threshold`): a table changed evenly has all its files near the
+    ratio at once, and leaving those just under it would rewrite them one apply later,
+    a second pass over the table;
 
   and removes the delete files that then apply to nothing. Large files with few
   deleted rows are left as they are.
@@ -54,6 +58,9 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 #: Iceberg's default ``write.target-file-size-bytes`` (512 MiB)
 TARGET_FILE_SIZE = 512 * 1024 * 1024
+#: once deleted rows make a rewrite due, the share of ``delete_ratio`` from which a data
+#: file's deleted rows put it in the rewrite too
+NEAR = 0.8
 
 
 def due(summary: dict[str, str], buckets: int, policy: MaintenancePolicy,
@@ -82,17 +89,43 @@ def due(summary: dict[str, str], buckets: int, policy: MaintenancePolicy,
     ...      "total-data-files": "16"}, 16, p, hot=0.25)
     'a data file with 25% of its rows deleted (>= 0.1)'
     """
-    records, deletes, files = _counts(summary)
-    if records and deletes > policy.delete_ratio * records:
-        return f"deleted rows {deletes} of {records} records (> {policy.delete_ratio})"
-    if hot >= policy.delete_ratio:
-        return f"a data file with {hot:.0%} of its rows deleted (>= {policy.delete_ratio})"
+    why = _for_deletes(summary, policy, hot)
+    if why is not None:
+        return why
+    _, _, files = _counts(summary)
     full = int(summary.get("total-files-size", 0)) // max(target, 1)
     if files > policy.files_per_bucket * max(buckets, 1) + full:
         more = f" and {full} files of the target size" if full else ""
         return (f"{files} data files (> {policy.files_per_bucket} per bucket of "
                 f"{buckets}{more})")
     return None
+
+
+def _for_deletes(summary: dict[str, str], policy: MaintenancePolicy, hot: float
+                 ) -> str | None:
+    records, deletes, _ = _counts(summary)
+    if records and deletes > policy.delete_ratio * records:
+        return f"deleted rows {deletes} of {records} records (> {policy.delete_ratio})"
+    if hot >= policy.delete_ratio:
+        return f"a data file with {hot:.0%} of its rows deleted (>= {policy.delete_ratio})"
+    return None
+
+
+def delete_threshold(summary: dict[str, str], policy: MaintenancePolicy, hot: float = 0.0
+                     ) -> float:
+    """The share of a data file's rows deleted from which a due rewrite takes the file
+    (Iceberg's ``delete-ratio-threshold``): ``delete_ratio``, or :data:`NEAR` of it when
+    deleted rows made the rewrite due (:func:`due`'s first two reasons).
+
+    >>> p = MaintenancePolicy()
+    >>> delete_threshold({"total-records": "1000", "total-data-files": "200"}, p)
+    0.1
+    >>> delete_threshold({"total-records": "1000", "total-data-files": "16"}, p, hot=0.12)
+    0.08
+    """
+    if _for_deletes(summary, policy, hot) is not None:
+        return round(policy.delete_ratio * NEAR, 6)
+    return policy.delete_ratio
 
 
 def small_file_bytes(summary: dict[str, str], buckets: int, policy: MaintenancePolicy,
@@ -133,14 +166,16 @@ def maintain(spark: SparkSession, targets: IcebergTargets, table: str,
                                                 TARGET_FILE_SIZE))
     proc, ident = f"{q(targets.name)}.system", targets.ident(table)
     v2 = int(jt.operations().current().formatVersion()) == 2
-    why = due(summary, header.buckets, policy, target, hottest_now(spark, jt, snap, policy))
+    hot = hottest_now(spark, jt, snap, policy)
+    why = due(summary, header.buckets, policy, target, hot)
     if why is not None:
         small = small_file_bytes(summary, header.buckets, policy, target)
+        ratio = delete_threshold(summary, policy, hot)
         done["rewrite_data_files"] = _call(spark, why, (
             f"CALL {proc}.rewrite_data_files(table => '{ident}', options => map("
             f"'min-file-size-bytes', '{small}', 'min-input-files', '2', "
-            f"'delete-ratio-threshold', '{policy.delete_ratio}', "
-            "'remove-dangling-deletes', 'true'))"))
+            f"'delete-ratio-threshold', '{ratio}', "
+            "'remove-dangling-deletes', 'true'))"), delete_ratio_threshold=ratio)
         log.info("table %s: rewrote data files (%s): %s", table, why,
                  done["rewrite_data_files"])
         jt.refresh()
@@ -198,10 +233,10 @@ def hottest_at(summary: dict[str, str], delete_ratio: float,
     return plan(average)
 
 
-def _call(spark: SparkSession, why: str, sql: str) -> dict[str, Any]:
+def _call(spark: SparkSession, why: str, sql: str, **noted: Any) -> dict[str, Any]:
     started = time.monotonic()
     row = spark.sql(sql).first()
-    return {"why": why, "seconds": time.monotonic() - started,
+    return {"why": why, "seconds": time.monotonic() - started, **noted,
             **(row.asDict() if row is not None else {})}
 
 

@@ -113,6 +113,44 @@ def test_only_the_file_with_many_deleted_rows_is_rewritten(spark, make_cfg) -> N
     assert _content(spark, targets) == content
 
 
+def test_files_near_the_ratio_go_with_a_rewrite_that_deleted_rows_made_due(spark, make_cfg) -> None:  # type: ignore[no-untyped-def]
+    """A table changed evenly: one file past the ratio, one just under it (9%, past 0.8
+    of it) and the others far under. The due rewrite takes the first two, so the second
+    is not rewritten alone one apply later; the others are left as they were."""
+    targets = _table(spark, make_cfg)
+    files = _files(spark, targets)
+    hot, near, *cold = sorted(files, key=files.get, reverse=True)  # type: ignore[arg-type]
+
+    def ids(f: str) -> list[int]:
+        return [r[0] for r in spark.sql(f"SELECT id FROM {targets.ident(NAME)} "
+                                        f"WHERE _file = '{f}' ORDER BY id").collect()]
+
+    gone = ids(hot)[: len(ids(hot)) * 12 // 100] + ids(near)[: len(ids(near)) * 9 // 100]
+    gone += [ids(f)[0] for f in cold]
+    spark.sql(f"DELETE FROM {targets.ident(NAME)} WHERE id IN ({', '.join(map(str, gone))})")
+    content = _content(spark, targets)
+    done = maintain(spark, targets, NAME, MaintenancePolicy(delete_ratio=0.1))
+    rewrite = done["rewrite_data_files"]
+    assert rewrite["why"].startswith("a data file with 12% of its rows deleted")
+    assert rewrite["rewritten_data_files_count"] == 2
+    assert rewrite["delete_ratio_threshold"] == pytest.approx(0.08)
+    after = _files(spark, targets)
+    assert hot not in after and near not in after and set(cold) <= set(after)
+    assert int(_summary(spark, targets)["total-position-deletes"]) == len(cold)
+    assert _content(spark, targets) == content
+    # a rewrite due for small files alone keeps the ratio: a 9% file is not taken
+    for i in range(12):
+        _rows(spark, 9000 + 4 * i, 9004 + 4 * i, "new").writeTo(targets.ident(NAME)).append()
+    cool = max(_files(spark, targets), key=_files(spark, targets).get)
+    spark.sql(f"DELETE FROM {targets.ident(NAME)} WHERE id IN "
+              f"({', '.join(map(str, ids(cool)[: len(ids(cool)) * 9 // 100]))})")
+    done = maintain(spark, targets, NAME, MaintenancePolicy(delete_ratio=0.1,
+                                                            files_per_bucket=2))
+    assert "data files" in done["rewrite_data_files"]["why"]
+    assert done["rewrite_data_files"]["delete_ratio_threshold"] == pytest.approx(0.1)
+    assert cool in _files(spark, targets)
+
+
 def _applied_table(spark: Any, make_cfg: Any, enqueue: Any) -> tuple[Any, Any]:
     """A pipeline whose apply has inserted 400 rows into HR.EMP; its config and targets."""
     cfg = make_cfg(APPLY)
