@@ -120,11 +120,13 @@ def delete_threshold(summary: dict[str, str], policy: MaintenancePolicy, hot: fl
     >>> p = MaintenancePolicy()
     >>> delete_threshold({"total-records": "1000", "total-data-files": "200"}, p)
     0.1
-    >>> delete_threshold({"total-records": "1000", "total-data-files": "16"}, p, hot=0.12)
+    >>> round(delete_threshold({"total-records": "1000"}, p, hot=0.12), 9)
     0.08
+    >>> delete_threshold({}, MaintenancePolicy(delete_ratio=1e-9), hot=0.5) > 0
+    True
     """
     if _for_deletes(summary, policy, hot) is not None:
-        return round(policy.delete_ratio * NEAR, 6)
+        return policy.delete_ratio * NEAR
     return policy.delete_ratio
 
 
@@ -174,7 +176,7 @@ def maintain(spark: SparkSession, targets: IcebergTargets, table: str,
         done["rewrite_data_files"] = _call(spark, why, (
             f"CALL {proc}.rewrite_data_files(table => '{ident}', options => map("
             f"'min-file-size-bytes', '{small}', 'min-input-files', '2', "
-            f"'delete-ratio-threshold', '{ratio}', "
+            f"'delete-ratio-threshold', '{ratio!r}', "
             "'remove-dangling-deletes', 'true'))"), delete_ratio_threshold=ratio)
         log.info("table %s: rewrote data files (%s): %s", table, why,
                  done["rewrite_data_files"])

@@ -144,11 +144,17 @@ def test_files_near_the_ratio_go_with_a_rewrite_that_deleted_rows_made_due(spark
     cool = max(_files(spark, targets), key=_files(spark, targets).get)
     spark.sql(f"DELETE FROM {targets.ident(NAME)} WHERE id IN "
               f"({', '.join(map(str, ids(cool)[: len(ids(cool)) * 9 // 100]))})")
+    content_now = _content(spark, targets)
     done = maintain(spark, targets, NAME, MaintenancePolicy(delete_ratio=0.1,
                                                             files_per_bucket=2))
     assert "data files" in done["rewrite_data_files"]["why"]
     assert done["rewrite_data_files"]["delete_ratio_threshold"] == pytest.approx(0.1)
     assert cool in _files(spark, targets)
+    # the smallest ratio a policy takes is still a threshold Iceberg accepts (> 0)
+    done = maintain(spark, targets, NAME, MaintenancePolicy(delete_ratio=1e-9))
+    assert 0 < done["rewrite_data_files"]["delete_ratio_threshold"] < 1e-9
+    assert int(_summary(spark, targets).get("total-position-deletes", 0)) == 0
+    assert _content(spark, targets) == content_now
 
 
 def _applied_table(spark: Any, make_cfg: Any, enqueue: Any) -> tuple[Any, Any]:
