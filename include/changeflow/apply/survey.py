@@ -65,7 +65,13 @@ def valid_command() -> Column:
 
 def transactions(messages: DataFrame) -> tuple[list[TxnInfo], int]:
     """Per source transaction of the ROW/DDL messages (see the module docstring), and
-    how many user messages there are besides."""
+    how many user messages there are besides.
+
+    One group per transaction and table it touches: the tables are the groups' keys,
+    folded per transaction on the driver (a handful of rows per transaction), not a
+    ``collect_set``, an aggregate Spark generates no code for, which costs a fresh
+    JVM (a spark-submit apply) about two seconds before the JIT has compiled it.
+    """
     from pyspark.sql import functions as F
 
     user = F.col("kind") == "USER"
@@ -74,23 +80,36 @@ def transactions(messages: DataFrame) -> tuple[list[TxnInfo], int]:
                  F.struct(F.col("position"), F.col("msg_id"), F.col("command_type"),
                           F.col("kind")))
     rows = messages.groupBy("source_database_name", "commit_scn", "transaction_id",
-                            user.alias("user")).agg(
+                            user.alias("user"),
+                            F.when(F.col("kind") == "ROW", table).alias("table")).agg(
         F.max("commit_time").alias("t"), F.count(F.lit(1)).alias("n"),
-        F.collect_set(F.when(F.col("kind") == "ROW", table)).alias("tables"),
         F.max((F.col("kind") == "DDL").cast("int")).alias("ddl"),
         F.min(bad).alias("bad"),
     ).collect()
-    out, users = [], 0
+    groups: dict[tuple[Any, Any, Any], list[Any]] = {}
+    users = 0
     for r in rows:
         if r.user:
             users += int(r.n)
-            continue
-        b = r.bad
+        else:
+            groups.setdefault((r.source_database_name, r.commit_scn, r.transaction_id),
+                              []).append(r)
+    out = []
+    for (source, scn, txn), parts in groups.items():
+        times = [r.t for r in parts if r.t is not None]
+        bads = [r.bad for r in parts if r.bad is not None]
+        b = min(bads, key=_struct_order) if bads else None
         out.append(TxnInfo(
-            TxnId(r.source_database_name, int(r.commit_scn or 0), r.transaction_id), r.t,
-            int(r.n), set(r.tables or []), bool(r.ddl),
+            TxnId(source, int(scn or 0), txn), max(times) if times else None,
+            sum(int(r.n) for r in parts), {r.table for r in parts if r.table is not None},
+            any(r.ddl for r in parts),
             (int(b.position or 0), b.msg_id, b.command_type, b.kind) if b is not None else None))
     return sorted(out, key=lambda t: (t.id.scn, t.id.source, t.id.txn)), users
+
+
+def _struct_order(row: Any) -> tuple[tuple[bool, Any], ...]:
+    """Spark's ascending order of a struct's values: field by field, NULL first."""
+    return tuple((v is not None, v) for v in row)
 
 
 def tables(changes: DataFrame) -> dict[str, TableShape]:
