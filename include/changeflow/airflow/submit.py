@@ -17,8 +17,9 @@ DEFAULT_CONF: dict[str, str] = {
     "spark.sql.shuffle.partitions": "4",
     "spark.ui.enabled": "false",
     # See changeflow.spark: huge generated methods of large rule sets get JIT-compiled,
-    # and row migration's map overlay stays in generated code.
-    "spark.driver.extraJavaOptions": "-XX:-DontCompileHugeMethods",
+    # and row migration's map overlay stays in generated code; the driver collects with
+    # the parallel collector (changeflow.spark.DRIVER_GC).
+    "spark.driver.extraJavaOptions": "-XX:-DontCompileHugeMethods -XX:+UseParallelGC",
     "spark.executor.extraJavaOptions": "-XX:-DontCompileHugeMethods",
     "spark.sql.mapKeyDedupPolicy": "LAST_WIN",
     # no Python call site recorded per DataFrame call (see changeflow.spark)

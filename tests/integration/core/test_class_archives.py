@@ -40,6 +40,13 @@ assert len(jars) > 5 and all(j.startswith("local:") for j in jars), jars[:3]
 assert any("iceberg-spark-runtime" in j for j in jars), jars
 """
 
+#: the driver collects with the parallel collector (changeflow.spark.DRIVER_GC), not G1
+PARALLEL_GC = """
+beans = s.sparkContext._jvm.java.lang.management.ManagementFactory.getGarbageCollectorMXBeans()
+names = [b.getName() for b in beans]
+assert sorted(names) == ["PS MarkSweep", "PS Scavenge"], names
+"""
+
 
 def _source(log: Path, cls: str = SPARK_CLASS) -> str:
     """Where the JVM loaded ``cls`` from (its class-load log line's ``source:``)."""
@@ -62,7 +69,7 @@ def test_a_session_jvm_starts_from_its_archive(tmp_path: Path, cds: str) -> None
     log = tmp_path / "load.log"
     env = {**os.environ, "CHANGEFLOW_JAVA_OPTIONS": f"-Xlog:class+load=info:file={log}",
            "CHANGEFLOW_CDS": cds, "CHANGEFLOW_DRIVER_MEMORY": "1g"}
-    out = subprocess.run([sys.executable, str(_app(tmp_path, LOCAL_JARS))], env=env,
+    out = subprocess.run([sys.executable, str(_app(tmp_path, LOCAL_JARS + PARALLEL_GC))], env=env,
                          timeout=300,
                          capture_output=True, text=True, check=False)
     assert out.returncode == 0, out.stderr[-2000:]
@@ -90,7 +97,7 @@ def test_a_submitted_job_starts_from_its_archive(tmp_path: Path,
     kw.pop("application_args")  # the test's app takes none
     with mock.patch("subprocess.Popen"):
         argv = ChangeflowSparkSubmitOperator(task_id="t", **kw)._get_hook() \
-            ._build_spark_submit_command(str(_app(tmp_path)))
+            ._build_spark_submit_command(str(_app(tmp_path, PARALLEL_GC)))
     assert argv[argv.index("--jars") + 1].startswith("local:")  # a local master
     submit = Path(sys.executable).parent / "spark-submit"
     argv[0] = str(submit) if submit.exists() else argv[0]

@@ -22,7 +22,7 @@ def test_operator_kwargs() -> None:
             "spark.sql.session.timeZone": "UTC",
             "spark.sql.shuffle.partitions": "4",
             "spark.ui.enabled": "false",
-            "spark.driver.extraJavaOptions": "-XX:-DontCompileHugeMethods",
+            "spark.driver.extraJavaOptions": "-XX:-DontCompileHugeMethods -XX:+UseParallelGC",
             "spark.executor.extraJavaOptions": "-XX:-DontCompileHugeMethods",
             "spark.sql.mapKeyDedupPolicy": "LAST_WIN",
             "spark.python.sql.dataFrameDebugging.enabled": "false",
@@ -55,7 +55,7 @@ def test_hook_builds_the_exact_argv(monkeypatch: pytest.MonkeyPatch) -> None:
         "--conf", "spark.sql.shuffle.partitions=4",
         "--conf", "spark.ui.enabled=false",
         "--conf", "spark.driver.extraJavaOptions=-XX:-DontCompileHugeMethods "
-                  "-XX:SharedArchiveFile=/repo/jars/cds/submit.jsa -Xshare:auto "
+                  "-XX:+UseParallelGC -XX:SharedArchiveFile=/repo/jars/cds/submit.jsa -Xshare:auto "
                   "-Xlog:cds=off -Xlog:cds+dynamic=off",
         "--conf", "spark.executor.extraJavaOptions=-XX:-DontCompileHugeMethods",
         "--conf", "spark.sql.mapKeyDedupPolicy=LAST_WIN",
