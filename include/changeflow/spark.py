@@ -11,20 +11,19 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import TYPE_CHECKING, TypeVar
 
-from changeflow.jvm import ICEBERG_EXTENSIONS, cds_options, is_local_master, spark_jars_csv
+from changeflow.jvm import (
+    DRIVER_GC,
+    ICEBERG_EXTENSIONS,
+    JIT_OPTIONS,
+    cds_options,
+    is_local_master,
+    spark_jars_csv,
+)
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
 
-# Whole-stage generated code for a large rule set can exceed 8,000 bytes of bytecode per
-# method, which HotSpot otherwise never compiles: it would run in the interpreter.
-JIT_OPTIONS = "-XX:-DontCompileHugeMethods"
-#: the driver's collector: the parallel one, not G1. A driver is a batch job on few
-#: cores (in local mode its tasks run in it too): G1's concurrent work competes with
-#: them. A fresh process's first apply pass: 15.6 s against 19.7 s, its survey step
-#: 7.2-8.4 s against 12.2-15.4 s; warm passes alike (docs/benchmarks.md).
-DRIVER_GC = "-XX:+UseParallelGC"
 #: Spark's logging for a quiet session: errors only (see :func:`get_session`)
 QUIET_LOG4J = Path(__file__).with_name("log4j2-quiet.properties")
 

@@ -10,17 +10,17 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from changeflow.jvm import CDS_FLAGS, ICEBERG_EXTENSIONS, cds_archive
+from changeflow.jvm import CDS_FLAGS, DRIVER_GC, ICEBERG_EXTENSIONS, JIT_OPTIONS, cds_archive
 
 DEFAULT_CONF: dict[str, str] = {
     "spark.sql.session.timeZone": "UTC",
     "spark.sql.shuffle.partitions": "4",
     "spark.ui.enabled": "false",
-    # See changeflow.spark: huge generated methods of large rule sets get JIT-compiled,
+    # See changeflow.jvm: huge generated methods of large rule sets get JIT-compiled,
     # and row migration's map overlay stays in generated code; the driver collects with
-    # the parallel collector (changeflow.spark.DRIVER_GC).
-    "spark.driver.extraJavaOptions": "-XX:-DontCompileHugeMethods -XX:+UseParallelGC",
-    "spark.executor.extraJavaOptions": "-XX:-DontCompileHugeMethods",
+    # the parallel collector.
+    "spark.driver.extraJavaOptions": f"{JIT_OPTIONS} {DRIVER_GC}",
+    "spark.executor.extraJavaOptions": JIT_OPTIONS,
     "spark.sql.mapKeyDedupPolicy": "LAST_WIN",
     # no Python call site recorded per DataFrame call (see changeflow.spark)
     "spark.python.sql.dataFrameDebugging.enabled": "false",

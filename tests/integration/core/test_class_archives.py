@@ -40,7 +40,7 @@ assert len(jars) > 5 and all(j.startswith("local:") for j in jars), jars[:3]
 assert any("iceberg-spark-runtime" in j for j in jars), jars
 """
 
-#: the driver collects with the parallel collector (changeflow.spark.DRIVER_GC), not G1
+#: the driver collects with the parallel collector (changeflow.jvm.DRIVER_GC), not G1
 PARALLEL_GC = """
 beans = s.sparkContext._jvm.java.lang.management.ManagementFactory.getGarbageCollectorMXBeans()
 names = [b.getName() for b in beans]
