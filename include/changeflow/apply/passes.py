@@ -96,6 +96,7 @@ class Pass:
         from pyspark.sql import functions as F
 
         to_apply, parts = enq.split(self.cfg, df, self.dests)
+        # read 3 times; a rule's Python function runs once (re-reading costs as much)
         to_apply = self._persist(to_apply)
         changes = to_apply.where(F.col("kind").isin("ROW", "DDL"))
         if self.cfg.quality.enabled:  # GX is imported beside the pass's Spark jobs

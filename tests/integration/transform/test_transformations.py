@@ -187,3 +187,66 @@ def test_transformations_at_capture_propagation_and_apply(spark: Any, tmp_path: 
     got = sorted(tuple(r) for r in read_table(spark, catalog, "hr.areas").collect())
     assert got == [(1, "Europe", "DBS1"), (2, "Asia", "DBS1")]
     assert read_table(spark, catalog, "hr.areas").columns == ["region_id", "name", "source"]
+
+
+def test_an_apply_calls_a_transform_function_once_per_message(spark: Any,
+                                                               tmp_path: Path) -> None:
+    """An apply pass reads its batches more than once (survey, tables, effects); it
+    reads the Parquet files again where that is cheaper than caching, but a rule's Python
+    function must run once per message: its effects are the user's."""
+    from changeflow.apply.engine import apply_once, targets_of
+    from changeflow.capture.snapshot import run_capture
+    from changeflow.clients import rule_filter
+    from changeflow.config import load_config
+    from changeflow.targets.read import read_table
+
+    calls = tmp_path / "calls.txt"
+    module = tmp_path / "noting_transforms.py"
+    module.write_text(textwrap.dedent(f'''
+        def note(message):
+            with open({str(calls)!r}, "a") as f:
+                f.write(message["msg_id"] + "\\n")
+            message["new_values"]["REGION_NAME"] = message["new_values"]["REGION_NAME"].upper()
+            return message
+    '''))
+    sys.path.insert(0, str(tmp_path))
+    src = tmp_path / "source" / "hr.regions" / "snap=1"
+    spark.createDataFrame([(i, f"r{i}") for i in range(1, 6)],
+                          "region_id int, region_name string").write.parquet(str(src))
+    (tmp_path / "rules.yaml").write_text(textwrap.dedent("""
+        rules:
+          APP:
+            condition: ":dml.get_object_name() = 'REGIONS'"
+            action_context: {STREAMS$_TRANSFORM_FUNCTION: "noting_transforms:note"}
+        rule_sets:
+          S3: {rules: [APP]}
+        clients:
+          app: {type: apply, positive_rule_set: S3}
+    """))
+    (tmp_path / "p.yaml").write_text(textwrap.dedent(f"""
+        version: 1
+        rules: rules.yaml
+        sites:
+          s1: {{staging_root: s1/staging, target_root: s1/targets,
+               state_url: "sqlite:///s1/state.db", database: DBS1}}
+        queues: [{{name: strm.a, site: s1}}]
+        captures:
+          - name: cap
+            queue: strm.a
+            source: {{type: snapshot, database: DBS1, root: {tmp_path / 'source'},
+                      tables: [{{name: hr.regions, key: [region_id]}}]}}
+        applies: [{{name: app, queue: strm.a}}]
+    """))
+    try:
+        cfg = load_config(tmp_path / "p.yaml")
+        run_capture(spark, cfg, "cap", None)
+        apply_once(spark, cfg, "app", rule_filter=rule_filter(cfg, "apply", "app"))
+    finally:
+        sys.path.remove(str(tmp_path))
+        sys.modules.pop("noting_transforms", None)
+    catalog = targets_of(cfg, cfg.component("apply", "app"))
+    got = sorted(tuple(r) for r in read_table(spark, catalog, "hr.regions").collect())
+    assert got == [(i, f"R{i}") for i in range(1, 6)]
+    noted = calls.read_text().split()
+    assert len(noted) == 5
+    assert sorted(set(noted)) == sorted(noted)
