@@ -4,6 +4,16 @@ A connection is never written in a pipeline file. It is named there either as an
 environment variable holding a libpq URL (``url_env``) or as an Airflow connection id
 (``conn_id``), and resolved only when a job runs. An unreachable server is a
 *transient* error, retried here with exponential backoff before it is raised.
+
+A log sequence number is an LCR's commit position as a 64-bit integer (the capture
+writes it, the PostgreSQL apply records it):
+
+>>> lsn_to_int("0/152F978")
+22215032
+>>> int_to_lsn(22215032)
+'0/152F978'
+>>> lsn_to_int("16/B374D848"), int_to_lsn(lsn_to_int("16/B374D848"))
+(97500059720, '16/B374D848')
 """
 
 from __future__ import annotations
@@ -20,6 +30,17 @@ if TYPE_CHECKING:
     import psycopg
 
 log = logging.getLogger(__name__)
+
+
+def lsn_to_int(lsn: str) -> int:
+    """A PostgreSQL LSN (``X/Y`` in hex) as a 64-bit integer, the LCR commit position."""
+    hi, _, lo = lsn.partition("/")
+    return (int(hi, 16) << 32) | int(lo, 16)
+
+
+def int_to_lsn(value: int) -> str:
+    """The inverse of :func:`lsn_to_int`."""
+    return f"{value >> 32:X}/{value & 0xFFFFFFFF:X}"
 
 
 class SourceUnreachableError(TransientError):

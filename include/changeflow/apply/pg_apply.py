@@ -16,9 +16,9 @@ from changeflow.apply.pg_statements import TXN_SQL, StatementBuilder, ensure_boo
 from changeflow.apply.pg_txns import SourceTxn, decoded, source_transactions
 from changeflow.apply.positions import TxnId
 from changeflow.apply.records import Commit, DdlLCR, HandlerError, RowLCR, UserMessage
-from changeflow.capture.pg_decode import int_to_lsn
 from changeflow.config import ApplySpec, PostgresTarget
 from changeflow.errors import ConfigError, TransientError
+from changeflow.pgconn import int_to_lsn
 from changeflow.sites import SiteRuntime
 from changeflow.state import utcnow
 

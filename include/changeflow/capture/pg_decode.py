@@ -9,11 +9,7 @@ exact ``Decimal``) into complete transactions (:class:`PgTransaction`).
 
 Types are mapped by type OID (see :data:`TYPE_MAP` and ``docs/postgres.md``); a type
 outside the map is refused with :class:`UnsupportedTypeError` rather than guessed.
-
->>> lsn_to_int("0/152F978")
-22215032
->>> int_to_lsn(22215032)
-'0/152F978'
+LSNs and commit positions convert with :func:`changeflow.pgconn.lsn_to_int`.
 """
 
 from __future__ import annotations
@@ -90,17 +86,6 @@ TYPE_NAMES: dict[int, str] = {
     1114: "timestamp without time zone", 1184: "timestamp with time zone", 1700: "numeric",
     2950: "uuid", 3802: "jsonb",
 }
-
-
-def lsn_to_int(lsn: str) -> int:
-    """A PostgreSQL LSN (``X/Y`` in hex) as a 64-bit integer, the LCR commit position."""
-    hi, _, lo = lsn.partition("/")
-    return (int(hi, 16) << 32) | int(lo, 16)
-
-
-def int_to_lsn(value: int) -> str:
-    """The inverse of :func:`lsn_to_int`."""
-    return f"{value >> 32:X}/{value & 0xFFFFFFFF:X}"
 
 
 class Column(msgspec.Struct, gc=False):

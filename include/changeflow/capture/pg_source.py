@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any
 from changeflow import lcr
 from changeflow.capture import pg_decode
 from changeflow.errors import TerminalError, TransientError
+from changeflow.pgconn import int_to_lsn, lsn_to_int
 
 if TYPE_CHECKING:
     import psycopg
@@ -144,13 +145,13 @@ class SlotReader:
         confirmed = self._slot_position(recorded)
         if recorded is not None and confirmed < recorded:
             log.info("capture %s: slot %s is behind the enqueued position; advancing to %s",
-                     self.capture, self.source.slot, pg_decode.int_to_lsn(recorded))
+                     self.capture, self.source.slot, int_to_lsn(recorded))
             self.advance(recorded)
         elif recorded is not None and confirmed > recorded:
             raise SlotAheadError(
                 f"capture {self.capture}: slot {self.source.slot!r} is at "
-                f"{pg_decode.int_to_lsn(confirmed)} but only changes up to "
-                f"{pg_decode.int_to_lsn(recorded)} were enqueued: something else consumed the "
+                f"{int_to_lsn(confirmed)} but only changes up to "
+                f"{int_to_lsn(recorded)} were enqueued: something else consumed the "
                 "slot and those changes are lost; re-instantiate the targets, then reset the "
                 "capture's position"
             )
@@ -164,7 +165,7 @@ class SlotReader:
         ).fetchone()
         if row is None:
             if recorded is not None or not self.source.create_slot:
-                lost = (f"; changes after {pg_decode.int_to_lsn(recorded)} were never captured "
+                lost = (f"; changes after {int_to_lsn(recorded)} were never captured "
                         "and the targets must be re-instantiated") if recorded else ""
                 raise SlotMissingError(
                     f"capture {self.capture}: replication slot {slot!r} does not exist{lost}. "
@@ -185,7 +186,7 @@ class SlotReader:
                 f"{plugin!r} on database {database!r}; the capture needs a logical wal2json "
                 "slot on the database it connects to"
             )
-        return pg_decode.lsn_to_int(confirmed)
+        return lsn_to_int(confirmed)
 
     # -- tables ------------------------------------------------------------------
     def captured_tables(self) -> list[tuple[str, str]]:
@@ -280,7 +281,7 @@ class SlotReader:
     def current_lsn(self) -> int:
         """The source's WAL write position: every committed transaction ends at or before it."""
         row = self.conn.execute("SELECT pg_current_wal_lsn()::text").fetchone()
-        return pg_decode.lsn_to_int(row[0]) if row else 0
+        return lsn_to_int(row[0]) if row else 0
 
     def advance(self, lsn: int) -> None:
         """Acknowledge everything up to ``lsn``: the slot will not return it again."""
@@ -288,10 +289,10 @@ class SlotReader:
             "SELECT confirmed_flush_lsn::text FROM pg_replication_slots WHERE slot_name = %s",
             (self.source.slot,),
         ).fetchone()
-        if row and row[0] and pg_decode.lsn_to_int(row[0]) >= lsn:
+        if row and row[0] and lsn_to_int(row[0]) >= lsn:
             return
         self.conn.execute("SELECT pg_replication_slot_advance(%s, %s::pg_lsn)",
-                          (self.source.slot, pg_decode.int_to_lsn(lsn)))
+                          (self.source.slot, int_to_lsn(lsn)))
 
     def advance_soon(self, lsn: int, every: float) -> None:
         """Acknowledge up to ``lsn``, advancing the slot at most every ``every`` seconds

@@ -39,7 +39,7 @@ from changeflow.capture.pg_source import SlotReader
 from changeflow.capture.pg_stream import SlotStream, StreamError, open_stream
 from changeflow.config import CaptureSpec, PipelineConfig, PostgresSource
 from changeflow.errors import ConfigError
-from changeflow.pgconn import connect, resolve_url
+from changeflow.pgconn import connect, int_to_lsn, resolve_url
 from changeflow.pipeline import Pipeline, resolve
 from changeflow.queues import arrow_io
 from changeflow.queues.catalog import NewBatch
@@ -107,7 +107,7 @@ def recorded_position(rt: SiteRuntime, spec: CaptureSpec) -> int | None:
 def _record_position(conn: Any, spec: CaptureSpec, lsn: int) -> None:
     name, obj = _progress_key(spec)
     key = (CP.c.capture == name) & (CP.c.source_object == obj)
-    vals = {"position": pg_decode.int_to_lsn(lsn), "commit_scn": lsn, "updated_at": utcnow()}
+    vals = {"position": int_to_lsn(lsn), "commit_scn": lsn, "updated_at": utcnow()}
     row = conn.execute(select(CP.c.commit_scn).where(key)).first()
     if row is None:
         conn.execute(CP.insert().values(capture=name, source_object=obj, **vals))
@@ -165,7 +165,7 @@ def _enqueue(
     check: BatchCheck | None = None, lease: Lease | None = None,
 ) -> int:
     """Write, check and commit one batch with the capture position. Returns messages enqueued."""
-    dedup = f"pgcapture:{spec.name}:{pg_decode.int_to_lsn(last_lsn)}"
+    dedup = f"pgcapture:{spec.name}:{int_to_lsn(last_lsn)}"
     if table.num_rows:
         table = arrow_io.conform_arrow(table, origin=f"capture {spec.name}")
     batch = arrow_io.write_arrow_batch(rt.catalog, queue, table, producer=f"capture:{spec.name}",
@@ -251,7 +251,7 @@ def _capture_rows(
         table = _filter(spark, table, rule_filter)
         result.messages += _enqueue(rt, queue, spec, table, last, check, lease)
         result.batches += 1
-        result.last_lsn = pg_decode.int_to_lsn(last)
+        result.last_lsn = int_to_lsn(last)
     if copied:  # read from a copy: the slot itself only holds WAL back
         reader.advance_soon(last, ADVANCE_EVERY)
     else:

@@ -76,8 +76,7 @@ def _lag(spec: Any, rows: Any, probe: bool) -> str | None:
 
 
 def _pg_lag(src: Any, rows: Any) -> str | None:
-    from changeflow.capture.pg_decode import lsn_to_int
-    from changeflow.pgconn import connect, resolve_url
+    from changeflow.pgconn import connect, lsn_to_int, resolve_url
 
     slot = [r for r in rows if r.source_object.startswith("slot:")]
     try:

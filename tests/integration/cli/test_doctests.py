@@ -1,5 +1,5 @@
 """The examples in the docstrings of the CLI, the rules file writer, the apply's SQL
-text and the target tables' maintenance policy are true."""
+text, the target tables' maintenance policy and the LSN conversions are true."""
 
 from __future__ import annotations
 
@@ -13,6 +13,7 @@ import pytest
     "changeflow.cli.output", "changeflow.cli.summary", "changeflow.rules.yamledit",
     "changeflow.rules.admin", "changeflow.rules.config", "changeflow.apply.images",
     "changeflow.targets.files", "changeflow.targets.plans", "changeflow.targets.maintenance",
+    "changeflow.pgconn",
 ])
 def test_docstring_examples(module: str) -> None:
     result = doctest.testmod(importlib.import_module(module))

@@ -12,10 +12,10 @@ from typing import Any
 
 import pytest
 
-from changeflow.capture import pg_decode
 from changeflow.capture.pg_stream import SlotStream, StreamError, open_stream
 from changeflow.capture.postgres import recorded_position, run_pg_capture
 from changeflow.config import load_config
+from changeflow.pgconn import lsn_to_int
 from changeflow.queues import arrow_io
 from changeflow.sites import queue_site
 
@@ -64,7 +64,7 @@ def _messages(cfg: Any, queue: str) -> list[dict[str, Any]]:
 
 def _slots(pg: Any, src: str) -> dict[str, int]:
     with pg.connect(src) as c:
-        return {r[0]: pg_decode.lsn_to_int(r[1]) for r in c.execute(
+        return {r[0]: lsn_to_int(r[1]) for r in c.execute(
             "SELECT slot_name::text, confirmed_flush_lsn::text FROM pg_replication_slots "
             "WHERE database = current_database()").fetchall()}
 
