@@ -38,6 +38,21 @@ class TxnFailed(Exception):
         self.failed = failed
 
 
+class TargetUnavailableError(TransientError):
+    """The target database failed in a way a retry may fix (connection, deadlock)."""
+
+
+def origin_name(spec: ApplySpec, source: str | None = None) -> str:
+    """The replication origin an apply's session uses: the apply tag and source database.
+
+    >>> from changeflow.config import ApplySpec
+    >>> origin_name(ApplySpec(name="a", queue="q.q"), "DBS1.EXAMPLE.COM")
+    'changeflow_00_a~DBS1.EXAMPLE.COM'
+    """
+    base = f"changeflow_{spec.apply_tag.lower()}_{spec.name}"
+    return f"{base}~{source}" if source else base
+
+
 class PgApplier:
     """Applies source transactions through one target connection."""
 
@@ -81,8 +96,6 @@ class PgApplier:
     def _use_origin(self, source: str) -> None:
         if not self.target.tag_origin:
             return
-        from changeflow.apply.postgres import origin_name
-
         name = origin_name(self.spec, source)
         if name == self._origin:
             return
@@ -455,8 +468,6 @@ class PgApplier:
             self.result.error_ids.append(entry)
 
     def _transient(self, exc: Exception) -> TransientError:
-        from changeflow.apply.postgres import TargetUnavailableError
-
         return TargetUnavailableError(
             f"apply {self.spec.name}: target failed transiently, nothing was committed for "
             f"the current group: {_first_line(exc)}")

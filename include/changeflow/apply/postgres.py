@@ -46,9 +46,15 @@ from changeflow.apply import enqueue as enq
 from changeflow.apply import errorq
 from changeflow.apply.conflicts import effective_handlers
 from changeflow.apply.handlers import Handlers
-from changeflow.apply.pg_apply import PgApplier, SourceTxn, source_transactions
+from changeflow.apply.pg_apply import (
+    PgApplier,
+    SourceTxn,
+    TargetUnavailableError,
+    origin_name,
+    source_transactions,
+)
 from changeflow.config import ApplySpec, PipelineConfig
-from changeflow.errors import ConfigError, TransientError
+from changeflow.errors import ConfigError
 from changeflow.pgconn import connect, resolve_url
 from changeflow.pipeline import Pipeline, resolve
 from changeflow.queues import arrow_io
@@ -65,10 +71,6 @@ log = logging.getLogger(__name__)
 RuleFilter = Callable[["DataFrame"], "DataFrame"]
 __all__ = ["PgApplyResult", "SourceTxn", "TargetUnavailableError", "apply_pg_once",
            "origin_name", "source_transactions"]
-
-
-class TargetUnavailableError(TransientError):
-    """The target database failed in a way a retry may fix (connection, deadlock)."""
 
 
 @dataclass
@@ -96,17 +98,6 @@ class PgApplyResult:
     def rate(self) -> float:
         """Changes applied per second of the run."""
         return self.changes / self.seconds if self.seconds else 0.0
-
-
-def origin_name(spec: ApplySpec, source: str | None = None) -> str:
-    """The replication origin an apply's session uses: the apply tag and source database.
-
-    >>> from changeflow.config import ApplySpec
-    >>> origin_name(ApplySpec(name="a", queue="q.q"), "DBS1.EXAMPLE.COM")
-    'changeflow_00_a~DBS1.EXAMPLE.COM'
-    """
-    base = f"changeflow_{spec.apply_tag.lower()}_{spec.name}"
-    return f"{base}~{source}" if source else base
 
 
 def _read(spark: SparkSession | None, cfg: PipelineConfig, batches: list[Batch],

@@ -43,9 +43,7 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from changeflow.testing.chaos_rig import (  # noqa: F401  (AUDIT, NAMES: re-exported)
-    AUDIT,
-    NAMES,
+from changeflow.testing.chaos_rig import (
     ROOT,
     STAGES,
     Figures,

@@ -15,7 +15,7 @@ from collections import Counter
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from changeflow.testing.chaos import AUDIT, NAMES, Figures, Rig, reap
+from changeflow.testing.chaos_rig import AUDIT, NAMES, Figures, Rig, reap
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
