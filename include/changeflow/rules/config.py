@@ -120,7 +120,7 @@ def registry_from_dict(data: Any, *, file: str | None = None) -> RuleRegistry:
     for name, r in decl.rules.items():
         context = dict(r.action_context)
         if r.transformations:
-            from changeflow.transform import model as transform_model
+            from changeflow.rules import transforms as transform_model
 
             try:
                 transform_model.parse(name, r.transformations)
@@ -165,7 +165,7 @@ def _add_client(reg: RuleRegistry, name: str, c: ClientDecl, file: str | None) -
 
 def registry_to_dict(reg: RuleRegistry) -> dict[str, Any]:
     """The declarations of a registry, as :func:`registry_from_dict` reads them."""
-    from changeflow.transform import model as transform_model
+    from changeflow.rules import transforms as transform_model
 
     def context(r: Rule) -> dict[str, str]:
         return {k: v for k, v in r.action_context.items() if k != transform_model.INTERNAL_KEY}

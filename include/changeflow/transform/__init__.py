@@ -1,7 +1,7 @@
 """Rule-based transformations (seed 000 action contexts; SPEC §5).
 
-* :mod:`.model`: declarations (rename table/schema/column, add/delete column, a user
-  function) and their order;
+* the declarations (rename table/schema/column, add/delete column, a user function) and
+  their order are :mod:`changeflow.rules.transforms`: the rules file's loader parses them;
 * :mod:`.declarative`: the declarative kinds as Spark expressions;
 * :mod:`.function`: user Python functions (per message, or DataFrame -> DataFrame);
 * :mod:`.client`: the hook every stage runs after its rule sets;

@@ -18,8 +18,8 @@ from __future__ import annotations
 from typing import Any
 
 from changeflow.rules import RuleRegistry
+from changeflow.rules import transforms as model
 from changeflow.rules.errors import RuleDefinitionError
-from changeflow.transform import model
 
 
 def _declarations(reg: RuleRegistry, rule_name: str) -> tuple[Any, list[dict[str, Any]]]:

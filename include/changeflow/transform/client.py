@@ -13,7 +13,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from changeflow.transform import declarative, function, model
+from changeflow.rules import transforms as model
+from changeflow.transform import declarative, function
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame

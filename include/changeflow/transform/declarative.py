@@ -1,6 +1,6 @@
 """Declarative transformations as Spark expressions (no Python per message).
 
-Each :class:`~changeflow.transform.model.Step` rewrites the LCR columns of the rows
+Each :class:`~changeflow.rules.transforms.Step` rewrites the LCR columns of the rows
 whose selected rule (column :data:`RULE`) is the step's rule and whose table (or
 schema) is the step's; every other row passes unchanged. A step naming a column
 the row does not have (in a full row image: an INSERT or UPDATE's new values) stops
@@ -13,7 +13,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from changeflow import values
-from changeflow.transform.model import Step
+from changeflow.rules.transforms import Step
 
 if TYPE_CHECKING:
     from pyspark.sql import Column, DataFrame

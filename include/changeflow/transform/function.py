@@ -18,11 +18,11 @@ a time), so they cost what Python costs; the declarative kinds do not.
 from __future__ import annotations
 
 import importlib
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from typing import TYPE_CHECKING, Any
 
 from changeflow import lcr
-from changeflow.transform.model import TransformDefinitionError
+from changeflow.rules.transforms import TransformDefinitionError
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -108,7 +108,7 @@ def apply_message(fn: MessageFunction, row: dict[str, Any]) -> dict[str, Any] | 
     return result
 
 
-def _batches(fn: MessageFunction, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+def _batches(fn: MessageFunction, batches: Iterable[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
     import pyarrow as pa
 
     schema = lcr.arrow_schema()

@@ -35,7 +35,7 @@ def rules(cfg: PipelineConfig, component: str | None = None) -> list[dict[str, A
         UnknownComponentError: ``component`` is no capture, propagation or apply.
     """
     from changeflow.clients import rule_sets
-    from changeflow.transform import model
+    from changeflow.rules import transforms as model
 
     if component is not None and not any(
             component in [c.name for c in getattr(cfg, s)] for s in SECTIONS.values()):

@@ -108,7 +108,7 @@ def test_user_function_per_message(spark: Any, tmp_path: Path, monkeypatch: Any)
 
 
 def test_bad_transformations(spark: Any) -> None:
-    from changeflow.transform.model import TransformDefinitionError
+    from changeflow.rules.transforms import TransformDefinitionError
 
     rule = Rule("EMP", ":dml.get_object_name() = 'EMPLOYEES'", {
         "STREAMS$_INTERNAL_TRANS": '[{"type":"rename_column","table":"hr.employees",'
