@@ -129,19 +129,45 @@ def test_bad_transformations(spark: Any) -> None:
         with_transformations(_rule([missing]))
 
 
+def _regions_pipeline(spark: Any, tmp_path: Path, rows: list[tuple[Any, ...]], schema: str,
+                      rules: str, *, propagated: bool) -> Any:
+    """A snapshot capture of hr.regions (``rows``) into queue strm.a, applied by ``app``
+    (through propagation ``prop`` into strm.b when ``propagated``); the loaded config."""
+    from changeflow.config import load_config
+
+    src = tmp_path / "source" / "hr.regions" / "snap=1"
+    spark.createDataFrame(rows, schema).write.parquet(str(src))
+    (tmp_path / "rules.yaml").write_text(textwrap.dedent(rules))
+    queues = "[{name: strm.a, site: s1}, {name: strm.b, site: s1}]" if propagated \
+        else "[{name: strm.a, site: s1}]"
+    moves = ("propagations: [{name: prop, source_queue: strm.a, destination_queue: strm.b}]\n"
+             "applies: [{name: app, queue: strm.b}]") if propagated \
+        else "applies: [{name: app, queue: strm.a}]"
+    (tmp_path / "p.yaml").write_text(textwrap.dedent(f"""
+        version: 1
+        rules: rules.yaml
+        sites:
+          s1: {{staging_root: s1/staging, target_root: s1/targets,
+               state_url: "sqlite:///s1/state.db", database: DBS1}}
+        queues: {queues}
+        captures:
+          - name: cap
+            queue: strm.a
+            source: {{type: snapshot, database: DBS1, root: {tmp_path / 'source'},
+                      tables: [{{name: hr.regions, key: [region_id]}}]}}
+    """) + moves + "\n")
+    return load_config(tmp_path / "p.yaml")
+
+
 def test_transformations_at_capture_propagation_and_apply(spark: Any, tmp_path: Path) -> None:
     from changeflow.apply.engine import apply_once, targets_of
     from changeflow.capture.snapshot import run_capture
     from changeflow.clients import rule_filter
-    from changeflow.config import load_config
     from changeflow.propagation import propagate_once
     from changeflow.targets.read import read_table
 
-    src = tmp_path / "source" / "hr.regions" / "snap=1"
-    spark.createDataFrame([(1, "Europe", "x"), (2, "Asia", "y")],
-                          "region_id int, region_name string, secret string") \
-        .write.parquet(str(src))
-    (tmp_path / "rules.yaml").write_text(textwrap.dedent("""
+    cfg = _regions_pipeline(spark, tmp_path, [(1, "Europe", "x"), (2, "Asia", "y")],
+                            "region_id int, region_name string, secret string", """
         rules:
           CAP:
             condition: ":dml.get_object_owner() = 'HR'"
@@ -162,23 +188,7 @@ def test_transformations_at_capture_propagation_and_apply(spark: Any, tmp_path: 
           cap: {type: capture, positive_rule_set: S1}
           prop: {type: propagation, positive_rule_set: S2}
           app: {type: apply, positive_rule_set: S3}
-    """))
-    (tmp_path / "p.yaml").write_text(textwrap.dedent(f"""
-        version: 1
-        rules: rules.yaml
-        sites:
-          s1: {{staging_root: s1/staging, target_root: s1/targets,
-               state_url: "sqlite:///s1/state.db", database: DBS1}}
-        queues: [{{name: strm.a, site: s1}}, {{name: strm.b, site: s1}}]
-        captures:
-          - name: cap
-            queue: strm.a
-            source: {{type: snapshot, database: DBS1, root: {tmp_path / 'source'},
-                      tables: [{{name: hr.regions, key: [region_id]}}]}}
-        propagations: [{{name: prop, source_queue: strm.a, destination_queue: strm.b}}]
-        applies: [{{name: app, queue: strm.b}}]
-    """))
-    cfg = load_config(tmp_path / "p.yaml")
+    """, propagated=True)
     run_capture(spark, cfg, "cap", rule_filter(cfg, "capture", "cap"))
     propagate_once(spark, cfg, "prop", rule_filter=rule_filter(cfg, "propagation", "prop"))
     apply_once(spark, cfg, "app", rule_filter=rule_filter(cfg, "apply", "app"))
@@ -189,15 +199,13 @@ def test_transformations_at_capture_propagation_and_apply(spark: Any, tmp_path: 
     assert read_table(spark, catalog, "hr.areas").columns == ["region_id", "name", "source"]
 
 
-def test_an_apply_calls_a_transform_function_once_per_message(spark: Any,
-                                                               tmp_path: Path) -> None:
-    """An apply pass reads its batches more than once (survey, tables, effects); it
-    reads the Parquet files again where that is cheaper than caching, but a rule's Python
-    function must run once per message: its effects are the user's."""
+def test_an_apply_calls_a_transform_function_once_per_message(
+        spark: Any, tmp_path: Path, monkeypatch: Any) -> None:
+    """An apply pass reads its batches three times (survey, tables, effects), from its
+    cache: a rule's Python function runs once per message (its effects are the user's)."""
     from changeflow.apply.engine import apply_once, targets_of
     from changeflow.capture.snapshot import run_capture
     from changeflow.clients import rule_filter
-    from changeflow.config import load_config
     from changeflow.targets.read import read_table
 
     calls = tmp_path / "calls.txt"
@@ -209,11 +217,9 @@ def test_an_apply_calls_a_transform_function_once_per_message(spark: Any,
             message["new_values"]["REGION_NAME"] = message["new_values"]["REGION_NAME"].upper()
             return message
     '''))
-    sys.path.insert(0, str(tmp_path))
-    src = tmp_path / "source" / "hr.regions" / "snap=1"
-    spark.createDataFrame([(i, f"r{i}") for i in range(1, 6)],
-                          "region_id int, region_name string").write.parquet(str(src))
-    (tmp_path / "rules.yaml").write_text(textwrap.dedent("""
+    monkeypatch.syspath_prepend(str(tmp_path))
+    cfg = _regions_pipeline(spark, tmp_path, [(i, f"r{i}") for i in range(1, 6)],
+                            "region_id int, region_name string", """
         rules:
           APP:
             condition: ":dml.get_object_name() = 'REGIONS'"
@@ -222,27 +228,11 @@ def test_an_apply_calls_a_transform_function_once_per_message(spark: Any,
           S3: {rules: [APP]}
         clients:
           app: {type: apply, positive_rule_set: S3}
-    """))
-    (tmp_path / "p.yaml").write_text(textwrap.dedent(f"""
-        version: 1
-        rules: rules.yaml
-        sites:
-          s1: {{staging_root: s1/staging, target_root: s1/targets,
-               state_url: "sqlite:///s1/state.db", database: DBS1}}
-        queues: [{{name: strm.a, site: s1}}]
-        captures:
-          - name: cap
-            queue: strm.a
-            source: {{type: snapshot, database: DBS1, root: {tmp_path / 'source'},
-                      tables: [{{name: hr.regions, key: [region_id]}}]}}
-        applies: [{{name: app, queue: strm.a}}]
-    """))
+    """, propagated=False)
     try:
-        cfg = load_config(tmp_path / "p.yaml")
         run_capture(spark, cfg, "cap", None)
         apply_once(spark, cfg, "app", rule_filter=rule_filter(cfg, "apply", "app"))
     finally:
-        sys.path.remove(str(tmp_path))
         sys.modules.pop("noting_transforms", None)
     catalog = targets_of(cfg, cfg.component("apply", "app"))
     got = sorted(tuple(r) for r in read_table(spark, catalog, "hr.regions").collect())
