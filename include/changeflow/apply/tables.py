@@ -108,7 +108,7 @@ class TablePlan:
         self.current = self._cache(lookup_current(
             self.spark, self.targets, self.table, keys, needed,
             provenance=not self._newer_than_table(oldest)))
-        self.current.count()
+        self.located()  # one job fills the cache and brings where the rows are
 
     def _newer_than_table(self, oldest: int | None) -> bool:
         """Whether every effect's commit position is above every current row's (the data
