@@ -88,6 +88,15 @@ JIT_OPTIONS = "-XX:-DontCompileHugeMethods"
 #: them. A fresh process's first apply pass: 15.6 s against 19.7 s, its survey step
 #: 7.2-8.4 s against 12.2-15.4 s; warm passes alike (docs/architecture.md).
 DRIVER_GC = "-XX:+UseParallelGC"
+#: the driver's JIT: HotSpot's optimising compiler (C2) takes a method ten times later
+#: than by default (its four tier-4 thresholds), the quick one (C1) as before. On two
+#: cores C2's compiler threads compete with the tasks while a fresh driver runs code once
+#: or twice; the hot loops still reach C2. A fresh process applying the benchmark's
+#: 100,000 changes (import, session, one pass): 27.9 s against 31.2 s, medians of four
+#: alternating; its warm passes alike (5.1-5.3 s against 5.2-6.7 s). C1 alone
+#: (``-XX:TieredStopAtLevel=1``) made that process 24.7 s but every warm pass 9-13 s.
+DRIVER_JIT = ("-XX:Tier4InvocationThreshold=50000 -XX:Tier4MinInvocationThreshold=6000 "
+              "-XX:Tier4CompileThreshold=150000 -XX:Tier4BackEdgeThreshold=400000")
 
 
 def cds_archive(kind: str, jars_dir: str | Path | None = None) -> Path:

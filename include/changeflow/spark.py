@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, TypeVar
 
 from changeflow.jvm import (
     DRIVER_GC,
+    DRIVER_JIT,
     ICEBERG_EXTENSIONS,
     JIT_OPTIONS,
     cds_options,
@@ -86,7 +87,7 @@ def get_session(app_name: str = "changeflow", *, master: str | None = None,
     # machine's memory) it is collected far more often while a job warms up (a Debezium
     # capture's first run: 45 collections, 1.56 s, against 15 and 0.57 s).
     # CHANGEFLOW_JAVA_OPTIONS: more options for a JVM this call starts (after ours).
-    options = " ".join(o for o in (JIT_OPTIONS, DRIVER_GC, f"-Xms{memory}",
+    options = " ".join(o for o in (JIT_OPTIONS, DRIVER_GC, DRIVER_JIT, f"-Xms{memory}",
                                    cds_options("session"),
                                    os.environ.get("CHANGEFLOW_JAVA_OPTIONS", "")) if o)
     if quiet:

@@ -10,7 +10,14 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from changeflow.jvm import CDS_FLAGS, DRIVER_GC, ICEBERG_EXTENSIONS, JIT_OPTIONS, cds_archive
+from changeflow.jvm import (
+    CDS_FLAGS,
+    DRIVER_GC,
+    DRIVER_JIT,
+    ICEBERG_EXTENSIONS,
+    JIT_OPTIONS,
+    cds_archive,
+)
 
 DEFAULT_CONF: dict[str, str] = {
     "spark.sql.session.timeZone": "UTC",
@@ -18,8 +25,8 @@ DEFAULT_CONF: dict[str, str] = {
     "spark.ui.enabled": "false",
     # See changeflow.jvm: huge generated methods of large rule sets get JIT-compiled,
     # and row migration's map overlay stays in generated code; the driver collects with
-    # the parallel collector.
-    "spark.driver.extraJavaOptions": f"{JIT_OPTIONS} {DRIVER_GC}",
+    # the parallel collector, and its JIT's optimising compiler starts later.
+    "spark.driver.extraJavaOptions": f"{JIT_OPTIONS} {DRIVER_GC} {DRIVER_JIT}",
     "spark.executor.extraJavaOptions": JIT_OPTIONS,
     "spark.sql.mapKeyDedupPolicy": "LAST_WIN",
     # no Python call site recorded per DataFrame call (see changeflow.spark)

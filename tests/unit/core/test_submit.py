@@ -9,6 +9,10 @@ import pytest
 
 from changeflow.airflow.submit import SparkJobSpec, operator_kwargs
 
+#: the driver's JIT options (changeflow.jvm.DRIVER_JIT), spelled out
+TIER4 = ("-XX:Tier4InvocationThreshold=50000 -XX:Tier4MinInvocationThreshold=6000 "
+         "-XX:Tier4CompileThreshold=150000 -XX:Tier4BackEdgeThreshold=400000")
+
 
 def test_operator_kwargs() -> None:
     spec = SparkJobSpec("propagation", "p1", "/repo/config/demo.yaml", "/repo/jobs",
@@ -22,7 +26,8 @@ def test_operator_kwargs() -> None:
             "spark.sql.session.timeZone": "UTC",
             "spark.sql.shuffle.partitions": "4",
             "spark.ui.enabled": "false",
-            "spark.driver.extraJavaOptions": "-XX:-DontCompileHugeMethods -XX:+UseParallelGC",
+            "spark.driver.extraJavaOptions": "-XX:-DontCompileHugeMethods -XX:+UseParallelGC "
+                                             + TIER4,
             "spark.executor.extraJavaOptions": "-XX:-DontCompileHugeMethods",
             "spark.sql.mapKeyDedupPolicy": "LAST_WIN",
             "spark.python.sql.dataFrameDebugging.enabled": "false",
@@ -55,7 +60,8 @@ def test_hook_builds_the_exact_argv(monkeypatch: pytest.MonkeyPatch) -> None:
         "--conf", "spark.sql.shuffle.partitions=4",
         "--conf", "spark.ui.enabled=false",
         "--conf", "spark.driver.extraJavaOptions=-XX:-DontCompileHugeMethods "
-                  "-XX:+UseParallelGC -XX:SharedArchiveFile=/repo/jars/cds/submit.jsa -Xshare:auto "
+                  f"-XX:+UseParallelGC {TIER4} -XX:SharedArchiveFile=/repo/jars/cds/submit.jsa "
+                  "-Xshare:auto "
                   "-Xlog:cds=off -Xlog:cds+dynamic=off",
         "--conf", "spark.executor.extraJavaOptions=-XX:-DontCompileHugeMethods",
         "--conf", "spark.sql.mapKeyDedupPolicy=LAST_WIN",
