@@ -80,8 +80,8 @@ def test_a_session_jvm_starts_from_its_archive(tmp_path: Path, cds: str) -> None
     log = tmp_path / "load.log"
     env = {**os.environ, "CHANGEFLOW_JAVA_OPTIONS": f"-Xlog:class+load=info:file={log}",
            "CHANGEFLOW_CDS": cds, "CHANGEFLOW_DRIVER_MEMORY": "1g"}
-    out = subprocess.run([sys.executable, str(_app(tmp_path, LOCAL_JARS + PARALLEL_GC + LATE_C2))], env=env,
-                         timeout=300,
+    app = _app(tmp_path, LOCAL_JARS + PARALLEL_GC + LATE_C2)
+    out = subprocess.run([sys.executable, str(app)], env=env, timeout=300,
                          capture_output=True, text=True, check=False)
     assert out.returncode == 0, out.stderr[-2000:]
     source = _source(log)
