@@ -73,7 +73,7 @@ class TablePlan:
     late_from: tuple[Any, ...] | None = None  # a DROP/RENAME COLUMN of the pass
     _checked: bool = False
     _troubled: DataFrame | None = None  # keys whose effects went to the fold, if any
-    _images: DataFrame | None = None  # what the pass writes (cached), once asked for
+    _images: DataFrame | None = None  # what the pass writes, once asked for
     _located: pa.Table | None = None  # :meth:`located`, once collected
     _single: bool | None = None  # :meth:`_one_per_key`, once counted
     _cached: list[DataFrame] = field(default_factory=list)
@@ -199,7 +199,10 @@ class TablePlan:
     def images(self, tag: bytes, failed: set[TxnId]) -> DataFrame:
         """What to write: one final image per changed key (fast-path and folded effects).
 
-        Cached: :meth:`expected` reads it again for the quality check."""
+        Read three times (:meth:`expected`, and the row delta's deletes and append):
+        cached when it groups effects by key; a projection of the cached effects (one
+        effect per key) is computed again by each read instead, which costs less than
+        caching it (0.27 s a pass of 100,000 images, medians of alternating applies)."""
         cols = [*self.table.column_names, *images.E_META]
         out = self._fast(failed).select(*cols)
         folded = [r for r in self.folded if TxnId(r["_e_src"], int(r["_e_scn"]), r["_e_txn"])
@@ -210,7 +213,7 @@ class TablePlan:
             out = out.unionByName(self.spark.createDataFrame(rows, schema))
         partial = self.partial or self.folded_partial
         if not partial and self._one_per_key():  # the fold gives a key one image or none
-            self._images = self._cache(images.single_images(out, self.table, tag))
+            self._images = images.single_images(out, self.table, tag)
         else:
             self._images = self._cache(images.final_images(out, self.table, tag,
                                                            partial=partial))

@@ -81,7 +81,9 @@ def write(spark: SparkSession, targets: IcebergTargets, table: TargetTable, bran
     ``RowDelta``: the table's history never holds a state with a key twice or missing.
 
     Args:
-        images: one row per changed key (``_cf_op`` ``W`` or ``D``), whole rows.
+        images: one row per changed key (``_cf_op`` ``W`` or ``D``), whole rows; read
+            twice (the keys deleted, the rows appended): cached by the caller unless
+            it is cheap to compute again.
         located: per current row of a changed key at the snapshot the branch starts
             from: the key columns and :data:`LOCATION`.
         props: summary properties of the snapshot.
@@ -94,8 +96,6 @@ def write(spark: SparkSession, targets: IcebergTargets, table: TargetTable, bran
     keys = table.key_columns
     base = table.snapshot
     scratch = f"{branch}w"
-    cached = images.is_cached  # the pass keeps its images for the quality check
-    images = images if cached else images.persist()
 
     def append() -> None:
         # a write option, not the session's setting: other tables of the pass write at
@@ -107,17 +107,13 @@ def write(spark: SparkSession, targets: IcebergTargets, table: TargetTable, bran
     jt = targets.java_table(spark, table.name)
     if jt is None or base is None:
         raise TargetError(f"target table {table.name} was dropped while the apply wrote it")
-    try:
-        gone = _gone(located, images.select(*keys, "_cf_op").toArrow(), keys)
-        create_branch(spark, targets, table.name, scratch, base)
-        # The delete files name rows of ``base``: they are written on the driver while
-        # Spark writes the images (the driver's JVM calls and Arrow writes beside the job).
-        deletes = concurrently(spark, lambda step: step(), [
-            append, lambda: _deletes(spark, jt, base, gone)], 2)[1]
-        assert isinstance(deletes, Deletes)
-    finally:
-        if not cached:
-            images.unpersist()
+    gone = _gone(located, images.select(*keys, "_cf_op").toArrow(), keys)
+    create_branch(spark, targets, table.name, scratch, base)
+    # The delete files name rows of ``base``: they are written on the driver while
+    # Spark writes the images (the driver's JVM calls and Arrow writes beside the job).
+    deletes = concurrently(spark, lambda step: step(), [
+        append, lambda: _deletes(spark, jt, base, gone)], 2)[1]
+    assert isinstance(deletes, Deletes)
     jt.refresh()
     added = jt.snapshot(jt.refs().get(scratch).snapshotId())
     files: list[Any] = []
