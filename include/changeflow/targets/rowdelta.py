@@ -48,6 +48,7 @@ from changeflow.targets.plans import HOTTEST, hottest, planned_hottest
 from changeflow.targets.tables import create_branch, drop_branch
 
 if TYPE_CHECKING:
+    import numpy as np
     import pyarrow as pa
     from pyspark.sql import DataFrame, SparkSession
 
@@ -333,6 +334,7 @@ def key_counts(spark: SparkSession, jt: Any, snapshot: int, base: int | None,
         other than file-scoped Parquet position deletes, or a delete file it removes
         deletes a position its new ones do not (a row would come back).
     """
+    import numpy as np
     import pyarrow as pa
     import pyarrow.compute as pc
 
@@ -360,17 +362,18 @@ def key_counts(spark: SparkSession, jt: Any, snapshot: int, base: int | None,
         return None
     fio, keys = jt.io(), changed.column_names
     codes: dict[str, int] = {}
-    at = _deleted_at(fio, deletes, codes)
-    earlier = _deleted_at(fio, removed, codes)
-    code = pc.index_in(located.column(LOCATION[0]), value_set=pa.array(
-        list(codes), pa.string())).cast(pa.int64())
-    found = pc.add(pc.shift_left(code, 40), located.column(LOCATION[1]).cast(pa.int64()))
-    # one lookup in the (large) set of deleted positions for both questions
-    hit = pc.fill_null(pc.is_in(pa.concat_arrays([earlier, found.combine_chunks()]),
-                                value_set=at), False)
-    if len(earlier) and not pc.all(hit.slice(0, len(earlier))).as_py():
+    at = _deleted_at(fio, deletes, codes).to_numpy()
+    if len(at) > 1 and not (at[1:] >= at[:-1]).all():
+        at = np.sort(at)  # as written, a file's positions ascend and codes follow the files
+    earlier = _deleted_at(fio, removed, codes).to_numpy()
+    if len(earlier) and not _member(earlier, at).all():
         return None
-    live = located.select(keys).filter(pc.invert(hit.slice(len(earlier))))
+    code = pc.index_in(located.column(LOCATION[0]), value_set=pa.array(
+        list(codes), pa.string())).combine_chunks()
+    found = (pc.fill_null(code, 0).to_numpy().astype(np.int64) << 40) \
+        + located.column(LOCATION[1]).combine_chunks().cast(pa.int64()).to_numpy()
+    hit = _member(found, at) & code.is_valid().to_numpy(zero_copy_only=False)
+    live = located.select(keys).filter(pa.array(~hit))
     parts = [live.cast(changed.schema)]
     if added:
         new = table_files.read(fio, added, keys).cast(changed.schema)
@@ -378,6 +381,22 @@ def key_counts(spark: SparkSession, jt: Any, snapshot: int, base: int | None,
     rows = pa.concat_tables(parts)
     return rows.group_by(keys).aggregate([([], "count_all")]).rename_columns(
         [*keys, "_n"])
+
+
+def _member(values: np.ndarray, ascending: np.ndarray) -> np.ndarray:
+    """Whether each value is in ``ascending`` (a binary search per value: a hash set of
+    a million deleted positions took 0.2-0.3 s to build and probe, this 0.05 s).
+
+    >>> import numpy
+    >>> _member(numpy.array([1, 4, 9]), numpy.array([1, 2, 9])).tolist()
+    [True, False, True]
+    """
+    import numpy as np
+
+    if not len(ascending):
+        return np.zeros(len(values), bool)
+    at = np.minimum(np.searchsorted(ascending, values), len(ascending) - 1)
+    return ascending[at] == values
 
 
 def _deleted_at(fio: Any, files: list[tuple[str, str]], codes: dict[str, int]) -> pa.Array:
