@@ -33,6 +33,8 @@ DEFAULT_CONF: dict[str, str] = {
     "spark.python.sql.dataFrameDebugging.enabled": "false",
     # Apache Iceberg's SQL (MERGE INTO, CALL of its procedures) for the apply's targets
     "spark.sql.extensions": ICEBERG_EXTENSIONS,
+    # a job's cached frames live for one pass: not compressed (see changeflow.spark)
+    "spark.sql.inMemoryColumnarStorage.compressed": "false",
 }
 
 

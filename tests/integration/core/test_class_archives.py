@@ -58,6 +58,15 @@ assert got == {"Tier4InvocationThreshold": "50000", "Tier4MinInvocationThreshold
                "Tier4CompileThreshold": "150000", "Tier4BackEdgeThreshold": "400000"}, got
 """
 
+#: a job's cached frames are not compressed (changeflow.spark): 100,000 equal strings
+#: take some 500 kB as cached, not the few kB of a run-length encoding
+UNCOMPRESSED_CACHE = """
+df = s.range(100000).selectExpr("'x' AS c").persist()
+assert df.count() == 100000
+sizes = [i.memSize() for i in s.sparkContext._jsc.sc().getRDDStorageInfo()]
+assert len(sizes) == 1 and sizes[0] > 400000, sizes
+"""
+
 
 def _source(log: Path, cls: str = SPARK_CLASS) -> str:
     """Where the JVM loaded ``cls`` from (its class-load log line's ``source:``)."""
@@ -80,7 +89,7 @@ def test_a_session_jvm_starts_from_its_archive(tmp_path: Path, cds: str) -> None
     log = tmp_path / "load.log"
     env = {**os.environ, "CHANGEFLOW_JAVA_OPTIONS": f"-Xlog:class+load=info:file={log}",
            "CHANGEFLOW_CDS": cds, "CHANGEFLOW_DRIVER_MEMORY": "1g"}
-    app = _app(tmp_path, LOCAL_JARS + PARALLEL_GC + LATE_C2)
+    app = _app(tmp_path, LOCAL_JARS + PARALLEL_GC + LATE_C2 + UNCOMPRESSED_CACHE)
     out = subprocess.run([sys.executable, str(app)], env=env, timeout=300,
                          capture_output=True, text=True, check=False)
     assert out.returncode == 0, out.stderr[-2000:]
@@ -108,7 +117,8 @@ def test_a_submitted_job_starts_from_its_archive(tmp_path: Path,
     kw.pop("application_args")  # the test's app takes none
     with mock.patch("subprocess.Popen"):
         argv = ChangeflowSparkSubmitOperator(task_id="t", **kw)._get_hook() \
-            ._build_spark_submit_command(str(_app(tmp_path, PARALLEL_GC + LATE_C2)))
+            ._build_spark_submit_command(str(_app(tmp_path, PARALLEL_GC + LATE_C2
+                                                     + UNCOMPRESSED_CACHE)))
     assert argv[argv.index("--jars") + 1].startswith("local:")  # a local master
     submit = Path(sys.executable).parent / "spark-submit"
     argv[0] = str(submit) if submit.exists() else argv[0]

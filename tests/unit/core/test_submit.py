@@ -33,6 +33,7 @@ def test_operator_kwargs() -> None:
             "spark.python.sql.dataFrameDebugging.enabled": "false",
             "spark.sql.extensions":
                 "org.apache.iceberg.spark.extensions.IcebergSparkSessionExtensions",
+            "spark.sql.inMemoryColumnarStorage.compressed": "false",
             "spark.executor.memory": "1g",
         },
         "driver_memory": "2g",
@@ -68,6 +69,7 @@ def test_hook_builds_the_exact_argv(monkeypatch: pytest.MonkeyPatch) -> None:
         "--conf", "spark.python.sql.dataFrameDebugging.enabled=false",
         "--conf", "spark.sql.extensions="
                   "org.apache.iceberg.spark.extensions.IcebergSparkSessionExtensions",
+        "--conf", "spark.sql.inMemoryColumnarStorage.compressed=false",
         "--driver-class-path", "/repo/jars/spark/*",
         "--jars", "/repo/jars/spark/*.jar",
         "--driver-memory", "2g", "--name", "changeflow-apply-a1",
