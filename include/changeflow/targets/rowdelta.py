@@ -53,6 +53,9 @@ if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
 
 log = logging.getLogger(__name__)
+#: a data file's number shifted this far left, plus a row position: one integer per deleted
+#: row (:func:`_packed`; a data file holds fewer than 2**40 rows)
+SHIFT = 40
 #: the reserved field ids of a position delete file's columns (Iceberg's spec)
 FILE_PATH_ID, POS_ID = 2147483546, 2147483545
 #: the located rows' columns (see :func:`changeflow.apply.tables.lookup_current`)
@@ -198,18 +201,17 @@ def _add_deletes(spark: SparkSession, jt: Any, base: int, gone: pa.Table,
     wanted = enc.dictionary.to_pylist()
     files, previous = _data_files(jt, base, set(wanted))
     fio, locations = jt.io(), jt.locationProvider()
-    # a data file's number and a position in one integer, as :func:`key_counts` reads them
-    parts = [(enc.indices.to_numpy().astype(np.int64) << 40)
-             + gone.column("pos").combine_chunks().cast(pa.int64()).to_numpy()]
+    parts = [_packed(enc.indices.to_numpy(),
+                     gone.column("pos").combine_chunks().cast(pa.int64()).to_numpy())]
     index = {path: i for i, path in enumerate(wanted)}
     out = Deletes()
     for path, earlier in previous.items():  # merged into the new file, removed by the commit
         pos = _positions(fio, [loc for _, loc in earlier]).cast(pa.int64()).to_numpy()
-        parts.append((index[path] << 40) + pos)
+        parts.append(_packed(index[path], pos))
         out.removed.extend(d for d, _ in earlier)
     # as the spec wants a file's rows: by position (the earlier files' runs are sorted)
     every = np.sort(np.concatenate(parts), kind="stable")
-    codes, positions = every >> 40, every & ((1 << 40) - 1)
+    codes, positions = every >> SHIFT, every & ((1 << SHIFT) - 1)
     bounds = [0, *(np.flatnonzero(codes[1:] != codes[:-1]) + 1).tolist(), len(every)]
     specs: dict[int, Any] = {}
     for start, end in zip(bounds[:-1], bounds[1:], strict=False):
@@ -382,16 +384,16 @@ def key_counts(spark: SparkSession, jt: Any, snapshot: int, base: int | None,
         return None
     fio, keys = jt.io(), changed.column_names
     codes: dict[str, int] = {}
-    at = _deleted_at(fio, deletes, codes).to_numpy()
+    at = _deleted_at(fio, deletes, codes)
     if len(at) > 1 and not (at[1:] >= at[:-1]).all():
         at = np.sort(at)  # as written, a file's positions ascend and codes follow the files
-    earlier = _deleted_at(fio, removed, codes).to_numpy()
+    earlier = _deleted_at(fio, removed, codes)
     if len(earlier) and not _member(earlier, at).all():
         return None
     code = pc.index_in(located.column(LOCATION[0]), value_set=pa.array(
         list(codes), pa.string())).combine_chunks()
-    found = (pc.fill_null(code, 0).to_numpy().astype(np.int64) << 40) \
-        + located.column(LOCATION[1]).combine_chunks().cast(pa.int64()).to_numpy()
+    found = _packed(pc.fill_null(code, 0).to_numpy(),
+                    located.column(LOCATION[1]).combine_chunks().cast(pa.int64()).to_numpy())
     hit = _member(found, at) & code.is_valid().to_numpy(zero_copy_only=False)
     live = located.select(keys).filter(pa.array(~hit))
     parts = [live.cast(changed.schema)]
@@ -419,15 +421,30 @@ def _member(values: np.ndarray, ascending: np.ndarray) -> np.ndarray:
     return ascending[at] == values
 
 
-def _deleted_at(fio: Any, files: list[tuple[str, str]], codes: dict[str, int]) -> pa.Array:
-    """One integer per position the (file-scoped) delete files delete: the data file's
-    number in ``codes`` (added there when new) and the position."""
-    import pyarrow as pa
-    import pyarrow.compute as pc
+def _packed(code: Any, positions: np.ndarray) -> np.ndarray:
+    """A data file's number (one, or one per position) and a row position in one integer
+    (:data:`SHIFT`): what the delete files' merge sorts and the key counts look up.
 
-    parts = [pa.array([], pa.int64())]
+    >>> import numpy
+    >>> (_packed(2, numpy.array([5])) >> SHIFT).tolist(), (_packed(2, numpy.array([5]))
+    ...                                                     & ((1 << SHIFT) - 1)).tolist()
+    ([2], [5])
+    """
+    import numpy as np
+
+    return (np.asarray(code, np.int64) << SHIFT) + positions
+
+
+def _deleted_at(fio: Any, files: list[tuple[str, str]], codes: dict[str, int]
+                ) -> np.ndarray:
+    """One integer per position the (file-scoped) delete files delete (:func:`_packed`):
+    the data file's number in ``codes`` (added there when new) and the position."""
+    import numpy as np
+    import pyarrow as pa
+
+    parts = [np.zeros(0, np.int64)]
     for location, data_file in files:
         code = codes.setdefault(data_file, len(codes))
-        pos = table_files.positions(fio, [location]).cast(pa.int64())
-        parts.append(pc.add(pos, code << 40))
-    return pa.concat_arrays(parts)
+        pos = table_files.positions(fio, [location]).cast(pa.int64()).to_numpy()
+        parts.append(_packed(code, pos))
+    return np.concatenate(parts)
