@@ -88,15 +88,19 @@ JIT_OPTIONS = "-XX:-DontCompileHugeMethods"
 #: them. A fresh process's first apply pass: 15.6 s against 19.7 s, its survey step
 #: 7.2-8.4 s against 12.2-15.4 s; warm passes alike (docs/architecture.md).
 DRIVER_GC = "-XX:+UseParallelGC"
-#: the driver's JIT: HotSpot's optimising compiler (C2) takes a method ten times later
+#: the driver's JIT: HotSpot's optimising compiler (C2) takes a method three times later
 #: than by default (its four tier-4 thresholds), the quick one (C1) as before. On two
 #: cores C2's compiler threads compete with the tasks while a fresh driver runs code once
-#: or twice; the hot loops still reach C2. A fresh process applying the benchmark's
-#: 100,000 changes (import, session, one pass): 27.9 s against 31.2 s, medians of four
-#: alternating; its warm passes alike (5.1-5.3 s against 5.2-6.7 s). C1 alone
-#: (``-XX:TieredStopAtLevel=1``) made that process 24.7 s but every warm pass 9-13 s.
-DRIVER_JIT = ("-XX:Tier4InvocationThreshold=50000 -XX:Tier4MinInvocationThreshold=6000 "
-              "-XX:Tier4CompileThreshold=150000 -XX:Tier4BackEdgeThreshold=400000")
+#: or twice; the hot loops still reach C2. Ten times later made a fresh process applying
+#: the benchmark's 100,000 changes 27.9 s against 31.2 s (medians of four alternating),
+#: but code deoptimised by other work in the JVM (a table's load, a MERGE INTO) then took
+#: ten times as long to reach C2 again: the next three passes' survey 1.17 s against
+#: 0.60 s. Three times later keeps most of the fresh process's gain (23.3 s against
+#: 22.4-22.8 s; HotSpot's thresholds 24.3-25.9 s) and those passes (3.49-3.93 s against
+#: 4.27-5.03 s; docs/benchmarks.md). C1 alone
+#: (``-XX:TieredStopAtLevel=1``) made the fresh process 24.7 s but every warm pass 9-13 s.
+DRIVER_JIT = ("-XX:Tier4InvocationThreshold=15000 -XX:Tier4MinInvocationThreshold=1800 "
+              "-XX:Tier4CompileThreshold=45000 -XX:Tier4BackEdgeThreshold=120000")
 
 
 def cds_archive(kind: str, jars_dir: str | Path | None = None) -> Path:

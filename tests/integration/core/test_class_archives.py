@@ -54,8 +54,8 @@ hs = mf.getPlatformMXBean(s.sparkContext._jvm.java.lang.Class.forName(
     "com.sun.management.HotSpotDiagnosticMXBean"))
 got = {f: hs.getVMOption(f).getValue() for f in ("Tier4InvocationThreshold",
        "Tier4MinInvocationThreshold", "Tier4CompileThreshold", "Tier4BackEdgeThreshold")}
-assert got == {"Tier4InvocationThreshold": "50000", "Tier4MinInvocationThreshold": "6000",
-               "Tier4CompileThreshold": "150000", "Tier4BackEdgeThreshold": "400000"}, got
+assert got == {"Tier4InvocationThreshold": "15000", "Tier4MinInvocationThreshold": "1800",
+               "Tier4CompileThreshold": "45000", "Tier4BackEdgeThreshold": "120000"}, got
 """
 
 #: a job's cached frames are not compressed (changeflow.spark): 100,000 equal strings

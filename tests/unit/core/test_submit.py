@@ -10,8 +10,8 @@ import pytest
 from changeflow.airflow.submit import SparkJobSpec, operator_kwargs
 
 #: the driver's JIT options (changeflow.jvm.DRIVER_JIT), spelled out
-TIER4 = ("-XX:Tier4InvocationThreshold=50000 -XX:Tier4MinInvocationThreshold=6000 "
-         "-XX:Tier4CompileThreshold=150000 -XX:Tier4BackEdgeThreshold=400000")
+TIER4 = ("-XX:Tier4InvocationThreshold=15000 -XX:Tier4MinInvocationThreshold=1800 "
+         "-XX:Tier4CompileThreshold=45000 -XX:Tier4BackEdgeThreshold=120000")
 
 
 def test_operator_kwargs() -> None:
