@@ -102,6 +102,37 @@ DRIVER_GC = "-XX:+UseParallelGC"
 DRIVER_JIT = ("-XX:Tier4InvocationThreshold=15000 -XX:Tier4MinInvocationThreshold=1800 "
               "-XX:Tier4CompileThreshold=45000 -XX:Tier4BackEdgeThreshold=120000")
 
+#: The Spark SQL settings of every changeflow session, whether ``get_session`` starts it
+#: (tests, benchmarks, the CLI) or a spark-submit job's ``--conf`` does (the DAGs' tasks,
+#: changeflow.airflow.submit): one list, so the two cannot drift apart.
+SESSION_CONF: dict[str, str] = {
+    "spark.sql.session.timeZone": "UTC",
+    "spark.ui.enabled": "false",
+    "spark.sql.sources.partitionOverwriteMode": "dynamic",
+    "spark.sql.parquet.outputTimestampType": "TIMESTAMP_MICROS",
+    # Row migration overlays old values with new ones with a plain map_concat, which
+    # stays in generated code (see rules.migration.merged_values).
+    "spark.sql.mapKeyDedupPolicy": "LAST_WIN",
+    # PySpark's DataFrame debugging records the Python call site of every DataFrame and
+    # Column call: three JVM round trips and a stack walk each, about a third of the
+    # time a job spends building a plan of a few hundred expressions. The call sites are
+    # changeflow's own code, which its error messages name already.
+    "spark.python.sql.dataFrameDebugging.enabled": "false",
+    "spark.sql.extensions": ICEBERG_EXTENSIONS,
+    # Constraint propagation re-derives every constraint of a plan at each optimizer
+    # pass; on the rule-set filter's join (a CASE per rule over a union of per-table
+    # snapshot diffs) Spark 4.1 canonicalises Or-chains until the driver's heap is gone
+    # (a 20-row demo capture: OutOfMemoryError after 70 s). It only adds inferred
+    # IS NOT NULL filters, which the plans here do not need.
+    "spark.sql.constraintPropagation.enabled": "false",
+    # A job's cached frames (an apply pass's batch, effects and looked-up rows) live for
+    # one pass: compressing their columns as they are cached costs more than it saves (a
+    # warm 100,000-change apply: 4.44 s against 4.89 s, medians of seven and six
+    # alternating applies in one process); they take more memory, and spill to disk past
+    # it (MEMORY_AND_DISK).
+    "spark.sql.inMemoryColumnarStorage.compressed": "false",
+}
+
 
 def cds_archive(kind: str, jars_dir: str | Path | None = None) -> Path:
     """Where the class archive of a kind of driver JVM lives (``jars/cds/<kind>.jsa``).

@@ -14,8 +14,8 @@ from typing import TYPE_CHECKING, TypeVar
 from changeflow.jvm import (
     DRIVER_GC,
     DRIVER_JIT,
-    ICEBERG_EXTENSIONS,
     JIT_OPTIONS,
+    SESSION_CONF,
     cds_options,
     is_local_master,
     spark_jars_csv,
@@ -50,37 +50,14 @@ def get_session(app_name: str = "changeflow", *, master: str | None = None,
     if master or not os.environ.get("SPARK_ENV_LOADED") and "spark.master" not in _conf():
         chosen = master or os.environ.get("CHANGEFLOW_SPARK_MASTER", "local[2]")
         builder = builder.master(chosen)
-    builder = (
-        builder.config("spark.sql.session.timeZone", "UTC")
-        .config(
-            "spark.sql.shuffle.partitions", os.environ.get("CHANGEFLOW_SHUFFLE_PARTITIONS", "4")
-        )
-        .config("spark.ui.enabled", "false")
-        .config("spark.sql.sources.partitionOverwriteMode", "dynamic")
-        .config("spark.sql.parquet.outputTimestampType", "TIMESTAMP_MICROS")
-        .config("spark.driver.memory", memory)
-        # Row migration overlays old values with new ones with a plain map_concat, which
-        # stays in generated code (see rules.migration.merged_values).
-        .config("spark.sql.mapKeyDedupPolicy", "LAST_WIN")
-        # PySpark's DataFrame debugging records the Python call site of every DataFrame
-        # and Column call: three JVM round trips and a stack walk each, about a third of
-        # the time a job spends building a plan of a few hundred expressions. The call
-        # sites are changeflow's own code, which its error messages name already.
-        .config("spark.python.sql.dataFrameDebugging.enabled", "false")
-        .config("spark.sql.extensions", ICEBERG_EXTENSIONS)
-        # Constraint propagation re-derives every constraint of a plan at each optimizer
-        # pass; on the rule-set filter's join (a CASE per rule over a union of per-table
-        # snapshot diffs) Spark 4.1 canonicalises Or-chains until the driver's heap is
-        # gone (a 20-row demo capture: OutOfMemoryError after 70 s). It only adds
-        # inferred IS NOT NULL filters, which the plans here do not need.
-        .config("spark.sql.constraintPropagation.enabled", "false")
-        # A job's cached frames (an apply pass's batch, effects and looked-up rows) live
-        # for one pass: compressing their columns as they are cached costs more than it
-        # saves (a warm 100,000-change apply: 4.44 s against 4.89 s, medians of seven
-        # and six alternating applies in one process); they take more memory, and spill
-        # to disk past it (MEMORY_AND_DISK).
-        .config("spark.sql.inMemoryColumnarStorage.compressed", "false")
-    )
+    # Only what spark-submit left unset: a job's own properties (the pipeline's `spark`
+    # map, on the operator's command line) stay as given.
+    given = _conf()
+    for key, value in {**SESSION_CONF, "spark.driver.memory": memory,
+                       "spark.sql.shuffle.partitions":
+                           os.environ.get("CHANGEFLOW_SHUFFLE_PARTITIONS", "4")}.items():
+        if key not in given:
+            builder = builder.config(key, value)
     builder = _with_storage(builder)
     if "spark.jars" not in _conf():  # spark-submit passes them with --jars
         builder = builder.config("spark.jars", spark_jars_csv(

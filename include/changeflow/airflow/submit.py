@@ -14,27 +14,20 @@ from changeflow.jvm import (
     CDS_FLAGS,
     DRIVER_GC,
     DRIVER_JIT,
-    ICEBERG_EXTENSIONS,
     JIT_OPTIONS,
+    SESSION_CONF,
     cds_archive,
 )
 
 DEFAULT_CONF: dict[str, str] = {
-    "spark.sql.session.timeZone": "UTC",
     "spark.sql.shuffle.partitions": "4",
-    "spark.ui.enabled": "false",
     # See changeflow.jvm: huge generated methods of large rule sets get JIT-compiled,
     # and row migration's map overlay stays in generated code; the driver collects with
     # the parallel collector, and its JIT's optimising compiler starts later.
     "spark.driver.extraJavaOptions": f"{JIT_OPTIONS} {DRIVER_GC} {DRIVER_JIT}",
     "spark.executor.extraJavaOptions": JIT_OPTIONS,
-    "spark.sql.mapKeyDedupPolicy": "LAST_WIN",
-    # no Python call site recorded per DataFrame call (see changeflow.spark)
-    "spark.python.sql.dataFrameDebugging.enabled": "false",
-    # Apache Iceberg's SQL (MERGE INTO, CALL of its procedures) for the apply's targets
-    "spark.sql.extensions": ICEBERG_EXTENSIONS,
-    # a job's cached frames live for one pass: not compressed (see changeflow.spark)
-    "spark.sql.inMemoryColumnarStorage.compressed": "false",
+    # the settings of every changeflow session, as get_session gives them
+    **SESSION_CONF,
 }
 
 

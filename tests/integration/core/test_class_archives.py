@@ -67,6 +67,17 @@ sizes = [i.memSize() for i in s.sparkContext._jsc.sc().getRDDStorageInfo()]
 assert len(sizes) == 1 and sizes[0] > 400000, sizes
 """
 
+#: the session has every setting of changeflow.jvm.SESSION_CONF, and the shuffle
+#: partitions it was given: under spark-submit, the job's own (its ``--conf``) over
+#: ``CHANGEFLOW_SHUFFLE_PARTITIONS``, which is for a session get_session starts
+SETTINGS = """
+from changeflow.jvm import SESSION_CONF
+got = {{k: s.conf.get(k) for k in SESSION_CONF}}
+assert got == SESSION_CONF, got
+assert s.conf.get("spark.sql.shuffle.partitions") == {partitions!r}, \\
+    s.conf.get("spark.sql.shuffle.partitions")
+"""
+
 
 def _source(log: Path, cls: str = SPARK_CLASS) -> str:
     """Where the JVM loaded ``cls`` from (its class-load log line's ``source:``)."""
@@ -88,8 +99,10 @@ def test_a_session_jvm_starts_from_its_archive(tmp_path: Path, cds: str) -> None
     assert cds_archive("session").is_file(), "make setup makes jars/cds/session.jsa"
     log = tmp_path / "load.log"
     env = {**os.environ, "CHANGEFLOW_JAVA_OPTIONS": f"-Xlog:class+load=info:file={log}",
-           "CHANGEFLOW_CDS": cds, "CHANGEFLOW_DRIVER_MEMORY": "1g"}
-    app = _app(tmp_path, LOCAL_JARS + PARALLEL_GC + LATE_C2 + UNCOMPRESSED_CACHE)
+           "CHANGEFLOW_CDS": cds, "CHANGEFLOW_DRIVER_MEMORY": "1g",
+           "CHANGEFLOW_SHUFFLE_PARTITIONS": "5"}
+    app = _app(tmp_path, LOCAL_JARS + PARALLEL_GC + LATE_C2 + UNCOMPRESSED_CACHE
+               + SETTINGS.format(partitions="5"))
     out = subprocess.run([sys.executable, str(app)], env=env, timeout=300,
                          capture_output=True, text=True, check=False)
     assert out.returncode == 0, out.stderr[-2000:]
@@ -103,7 +116,8 @@ def test_a_session_jvm_starts_from_its_archive(tmp_path: Path, cds: str) -> None
 @pytest.mark.airflow
 def test_a_submitted_job_starts_from_its_archive(tmp_path: Path,
                                                   monkeypatch: pytest.MonkeyPatch) -> None:
-    """The spark-submit argv the DAG's operator builds (through the provider's hook)."""
+    """The spark-submit argv the DAG's operator builds (through the provider's hook), for
+    a pipeline whose ``spark`` map sets the shuffle partitions: the job keeps them."""
     from changeflow.airflow.operators import ChangeflowSparkSubmitOperator
     from changeflow.airflow.submit import SparkJobSpec, operator_kwargs
 
@@ -111,18 +125,21 @@ def test_a_submitted_job_starts_from_its_archive(tmp_path: Path,
     monkeypatch.setenv("AIRFLOW_CONN_SPARK_DEFAULT",
                        json.dumps({"conn_type": "spark", "host": "local[2]"}))
     kw = operator_kwargs(SparkJobSpec("apply", "a1", "/c.yaml", "/jobs",
-                                      jars_dir=str(jars_root() / "spark")))
+                                      jars_dir=str(jars_root() / "spark"),
+                                      conf={"spark.sql.shuffle.partitions": "7"}))
     log = tmp_path / "load.log"
     kw["conf"]["spark.driver.extraJavaOptions"] += f" -Xlog:class+load=info:file={log}"
     kw.pop("application_args")  # the test's app takes none
     with mock.patch("subprocess.Popen"):
         argv = ChangeflowSparkSubmitOperator(task_id="t", **kw)._get_hook() \
             ._build_spark_submit_command(str(_app(tmp_path, PARALLEL_GC + LATE_C2
-                                                     + UNCOMPRESSED_CACHE)))
+                                                     + UNCOMPRESSED_CACHE
+                                                     + SETTINGS.format(partitions="7"))))
     assert argv[argv.index("--jars") + 1].startswith("local:")  # a local master
     submit = Path(sys.executable).parent / "spark-submit"
     argv[0] = str(submit) if submit.exists() else argv[0]
-    out = subprocess.run(argv, timeout=300, capture_output=True, text=True, check=False)
+    out = subprocess.run(argv, timeout=300, capture_output=True, text=True, check=False,
+                         env={**os.environ, "CHANGEFLOW_SHUFFLE_PARTITIONS": "5"})
     assert out.returncode == 0, out.stderr[-2000:]
     assert _source(log) == "shared objects file (top)"
     # Iceberg's classes come from the driver's class path: the archive holds them too.

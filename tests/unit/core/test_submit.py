@@ -23,16 +23,19 @@ def test_operator_kwargs() -> None:
         "conn_id": "spark_default",
         "name": "changeflow-propagation-p1",
         "conf": {
-            "spark.sql.session.timeZone": "UTC",
             "spark.sql.shuffle.partitions": "4",
-            "spark.ui.enabled": "false",
             "spark.driver.extraJavaOptions": "-XX:-DontCompileHugeMethods -XX:+UseParallelGC "
                                              + TIER4,
             "spark.executor.extraJavaOptions": "-XX:-DontCompileHugeMethods",
+            "spark.sql.session.timeZone": "UTC",
+            "spark.ui.enabled": "false",
+            "spark.sql.sources.partitionOverwriteMode": "dynamic",
+            "spark.sql.parquet.outputTimestampType": "TIMESTAMP_MICROS",
             "spark.sql.mapKeyDedupPolicy": "LAST_WIN",
             "spark.python.sql.dataFrameDebugging.enabled": "false",
             "spark.sql.extensions":
                 "org.apache.iceberg.spark.extensions.IcebergSparkSessionExtensions",
+            "spark.sql.constraintPropagation.enabled": "false",
             "spark.sql.inMemoryColumnarStorage.compressed": "false",
             "spark.executor.memory": "1g",
         },
@@ -57,18 +60,21 @@ def test_hook_builds_the_exact_argv(monkeypatch: pytest.MonkeyPatch) -> None:
     popen.assert_not_called()
     assert argv == [
         "spark-submit", "--master", "local[2]",
-        "--conf", "spark.sql.session.timeZone=UTC",
         "--conf", "spark.sql.shuffle.partitions=4",
-        "--conf", "spark.ui.enabled=false",
         "--conf", "spark.driver.extraJavaOptions=-XX:-DontCompileHugeMethods "
                   f"-XX:+UseParallelGC {TIER4} -XX:SharedArchiveFile=/repo/jars/cds/submit.jsa "
                   "-Xshare:auto "
                   "-Xlog:cds=off -Xlog:cds+dynamic=off",
         "--conf", "spark.executor.extraJavaOptions=-XX:-DontCompileHugeMethods",
+        "--conf", "spark.sql.session.timeZone=UTC",
+        "--conf", "spark.ui.enabled=false",
+        "--conf", "spark.sql.sources.partitionOverwriteMode=dynamic",
+        "--conf", "spark.sql.parquet.outputTimestampType=TIMESTAMP_MICROS",
         "--conf", "spark.sql.mapKeyDedupPolicy=LAST_WIN",
         "--conf", "spark.python.sql.dataFrameDebugging.enabled=false",
         "--conf", "spark.sql.extensions="
                   "org.apache.iceberg.spark.extensions.IcebergSparkSessionExtensions",
+        "--conf", "spark.sql.constraintPropagation.enabled=false",
         "--conf", "spark.sql.inMemoryColumnarStorage.compressed=false",
         "--driver-class-path", "/repo/jars/spark/*",
         "--jars", "/repo/jars/spark/*.jar",
