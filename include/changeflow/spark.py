@@ -189,7 +189,16 @@ def _with_storage(builder: SparkSession.Builder) -> SparkSession.Builder:
 
 
 def _conf() -> dict[str, str]:
-    """Spark properties passed by spark-submit through the environment, if any."""
-    from pyspark import SparkConf
+    """The Spark properties of the JVM this process talks to: spark-submit's (its
+    ``--conf``, ``--jars``, ``--driver-memory``), or those of a session started already;
+    none before a JVM runs.
 
+    Under spark-submit the JVM runs before the Python application starts, which finds it
+    through ``PYSPARK_GATEWAY_PORT``; until a SparkContext connects to it, a SparkConf
+    would be an empty Python one: this connects first.
+    """
+    from pyspark import SparkConf, SparkContext
+
+    if os.environ.get("PYSPARK_GATEWAY_PORT") and SparkContext._gateway is None:
+        SparkContext._ensure_initialized()
     return dict(SparkConf().getAll())

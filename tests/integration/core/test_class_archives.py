@@ -79,6 +79,14 @@ assert s.conf.get("spark.sql.shuffle.partitions") == {partitions!r}, \\
 """
 
 
+def _failure(out: subprocess.CompletedProcess[str]) -> str:
+    """The app's Python traceback if there is one (spark-submit prints it on stdout,
+    and Spark's log follows it on stderr), else the end of stderr."""
+    both = out.stdout + out.stderr
+    at = both.find("Traceback (most recent call last)")
+    return both[at:at + 3000] if at >= 0 else out.stderr[-2000:]
+
+
 def _source(log: Path, cls: str = SPARK_CLASS) -> str:
     """Where the JVM loaded ``cls`` from (its class-load log line's ``source:``)."""
     for line in log.read_text().splitlines():
@@ -105,7 +113,7 @@ def test_a_session_jvm_starts_from_its_archive(tmp_path: Path, cds: str) -> None
                + SETTINGS.format(partitions="5"))
     out = subprocess.run([sys.executable, str(app)], env=env, timeout=300,
                          capture_output=True, text=True, check=False)
-    assert out.returncode == 0, out.stderr[-2000:]
+    assert out.returncode == 0, _failure(out)
     source = _source(log)
     if cds == "on":
         assert source == "shared objects file (top)"
@@ -140,7 +148,7 @@ def test_a_submitted_job_starts_from_its_archive(tmp_path: Path,
     argv[0] = str(submit) if submit.exists() else argv[0]
     out = subprocess.run(argv, timeout=300, capture_output=True, text=True, check=False,
                          env={**os.environ, "CHANGEFLOW_SHUFFLE_PARTITIONS": "5"})
-    assert out.returncode == 0, out.stderr[-2000:]
+    assert out.returncode == 0, _failure(out)
     assert _source(log) == "shared objects file (top)"
     # Iceberg's classes come from the driver's class path: the archive holds them too.
     assert _source(log, "org.apache.iceberg.spark.extensions.IcebergSparkSessionExtensions ") \
