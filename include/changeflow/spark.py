@@ -47,22 +47,22 @@ def get_session(app_name: str = "changeflow", *, master: str | None = None,
     builder = SparkSession.builder.appName(app_name)
     memory = os.environ.get("CHANGEFLOW_DRIVER_MEMORY", "4g")
     chosen = None
-    if master or not os.environ.get("SPARK_ENV_LOADED") and "spark.master" not in _conf():
+    # What spark-submit (or a session started already) set: kept, and only the rest
+    # filled (a job's own properties, the pipeline's `spark` map, stay as given).
+    given = _conf()
+    if master or not os.environ.get("SPARK_ENV_LOADED") and "spark.master" not in given:
         chosen = master or os.environ.get("CHANGEFLOW_SPARK_MASTER", "local[2]")
         builder = builder.master(chosen)
-    # Only what spark-submit left unset: a job's own properties (the pipeline's `spark`
-    # map, on the operator's command line) stay as given.
-    given = _conf()
     for key, value in {**SESSION_CONF, "spark.driver.memory": memory,
                        "spark.sql.shuffle.partitions":
                            os.environ.get("CHANGEFLOW_SHUFFLE_PARTITIONS", "4")}.items():
         if key not in given:
             builder = builder.config(key, value)
-    builder = _with_storage(builder)
-    if "spark.jars" not in _conf():  # spark-submit passes them with --jars
+    builder = _with_storage(builder, given)
+    if "spark.jars" not in given:  # spark-submit passes them with --jars
         builder = builder.config("spark.jars", spark_jars_csv(
             local=chosen is not None and is_local_master(chosen)))
-    java_options = _conf().get("spark.driver.extraJavaOptions")
+    java_options = given.get("spark.driver.extraJavaOptions")
     # Quiet applies only to a JVM this call starts: a session that already runs (the
     # one a test run shares, or a job's) keeps its settings and its log level.
     quiet = quiet and not _jvm_started()
@@ -175,13 +175,14 @@ def _write_all(fd: int, data: bytes) -> bool:
     return True
 
 
-def _with_storage(builder: SparkSession.Builder) -> SparkSession.Builder:
-    """The object store's S3A settings (:mod:`changeflow.storage`), unless set already."""
+def _with_storage(builder: SparkSession.Builder, given: dict[str, str]
+                  ) -> SparkSession.Builder:
+    """The object store's S3A settings (:mod:`changeflow.storage`), unless ``given``
+    (the properties set already) holds them."""
     from changeflow import storage
 
     if not storage.in_use():
         return builder
-    given = _conf()
     for k, v in storage.settings().spark_properties().items():
         if k not in given:
             builder = builder.config(k, v)
