@@ -22,7 +22,7 @@ from changeflow.jvm import (
 )
 
 if TYPE_CHECKING:
-    from pyspark.sql import SparkSession
+    from pyspark.sql import DataFrame, SparkSession
 
 
 #: Spark's logging for a quiet session: errors only (see :func:`get_session`)
@@ -120,6 +120,31 @@ def concurrently(spark: SparkSession, fn: Callable[[_T], _R], items: Sequence[_T
                             thread_name_prefix="changeflow-table") as pool:
         futures = [pool.submit(inheritable_thread_target(spark)(fn), x) for x in items]
     return [f.result() for f in futures]
+
+
+#: words in the names of the logical plan nodes that run Python on the executors (Spark's
+#: ``BatchEvalPython`` and ``ArrowEvalPython`` for UDFs, ``MapInArrow``, ``MapInPandas``,
+#: ``FlatMapGroupsInPandas`` ...)
+PYTHON_NODES = ("Python", "Pandas", "InArrow")
+
+
+def worth_caching(df: DataFrame) -> bool:
+    """Whether a frame read more than once should be cached rather than computed again:
+    computing it runs Python on the executors (a user's function is called once per
+    row, as its author expects, and Python costs more than a cache) or is not
+    deterministic (each read would see other values). Otherwise reading the source
+    again is what Spark does best (column pruning, no cache to build).
+    """
+    stack = [df._jdf.queryExecution().optimizedPlan()]  # noqa: SLF001
+    while stack:
+        node = stack.pop()
+        name = str(node.getClass().getSimpleName())
+        if any(word in name for word in PYTHON_NODES) or not node.deterministic():
+            return True
+        children = node.children().iterator()
+        while children.hasNext():
+            stack.append(children.next())
+    return False
 
 
 def _jvm_started() -> bool:

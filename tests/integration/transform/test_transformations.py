@@ -201,8 +201,9 @@ def test_transformations_at_capture_propagation_and_apply(spark: Any, tmp_path: 
 
 def test_an_apply_calls_a_transform_function_once_per_message(
         spark: Any, tmp_path: Path, monkeypatch: Any) -> None:
-    """An apply pass reads its batches three times (survey, tables, effects), from its
-    cache: a rule's Python function runs once per message (its effects are the user's)."""
+    """An apply pass reads its batches three times (survey, tables, effects); with a
+    rule's Python function in the plan it caches them (``worth_caching``): the function
+    runs once per message (its effects are the user's)."""
     from changeflow.apply.engine import apply_once, targets_of
     from changeflow.capture.snapshot import run_capture
     from changeflow.clients import rule_filter

@@ -1,0 +1,43 @@
+"""``changeflow.spark.worth_caching``: a frame read more than once is cached when computing
+it again would run Python or give other values, and read again otherwise."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+import pytest
+from pyspark.sql import functions as F
+
+from changeflow.spark import worth_caching
+
+if TYPE_CHECKING:
+    from pathlib import Path
+
+pytestmark = pytest.mark.spark
+
+
+@pytest.fixture
+def parquet(spark, tmp_path: Path):  # type: ignore[no-untyped-def]
+    path = str(tmp_path / "rows")
+    spark.range(10).select("id", (F.col("id") % 3).alias("k")).write.parquet(path)
+    return spark.read.parquet(path)
+
+
+def test_a_read_with_filters_and_projections_is_read_again(parquet) -> None:  # type: ignore[no-untyped-def]
+    df = parquet.where(F.col("k") == 1).select("id", F.upper(F.col("k").cast("string")))
+    assert worth_caching(df) is False
+
+
+def test_a_python_udf_is_cached(parquet) -> None:  # type: ignore[no-untyped-def]
+    plus = F.udf(lambda x: x + 1, "long")
+    assert worth_caching(parquet.select(plus("id").alias("n")).where(F.col("n") > 2)) is True
+
+
+def test_a_python_function_over_arrow_batches_is_cached(parquet) -> None:  # type: ignore[no-untyped-def]
+    df = parquet.mapInArrow(lambda batches: batches, parquet.schema).where(F.col("k") == 0)
+    assert worth_caching(df) is True
+
+
+def test_a_nondeterministic_column_is_cached(parquet) -> None:  # type: ignore[no-untyped-def]
+    assert worth_caching(parquet.select("id", F.rand().alias("r"))) is True
+    assert worth_caching(parquet.select("id", F.expr("uuid()").alias("u"))) is True
