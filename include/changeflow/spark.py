@@ -9,7 +9,7 @@ import threading
 from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from typing import TYPE_CHECKING, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from changeflow.jvm import (
     DRIVER_GC,
@@ -126,25 +126,51 @@ def concurrently(spark: SparkSession, fn: Callable[[_T], _R], items: Sequence[_T
 #: ``BatchEvalPython`` and ``ArrowEvalPython`` for UDFs, ``MapInArrow``, ``MapInPandas``,
 #: ``FlatMapGroupsInPandas`` ...)
 PYTHON_NODES = ("Python", "Pandas", "InArrow")
+#: the nondeterministic expression that gives the same rows every time: the rule filter
+#: computes with it only to keep Spark's optimizer from inlining the rule set twice
+#: (:func:`changeflow.rules.ruleset._once`)
+SAME_ROWS = "SparkPartitionID"
 
 
 def worth_caching(df: DataFrame) -> bool:
     """Whether a frame read more than once should be cached rather than computed again:
     computing it runs Python on the executors (a user's function is called once per
-    row, as its author expects, and Python costs more than a cache) or is not
-    deterministic (each read would see other values). Otherwise reading the source
-    again is what Spark does best (column pruning, no cache to build).
+    row, as its author expects, and Python costs more than a cache) or something
+    nondeterministic (each read would see other values; the partition id, see
+    :data:`SAME_ROWS`, is not counted). Otherwise reading the source again is what Spark
+    does best (column pruning, no cache to build).
     """
     stack = [df._jdf.queryExecution().optimizedPlan()]  # noqa: SLF001
     while stack:
         node = stack.pop()
         name = str(node.getClass().getSimpleName())
-        if any(word in name for word in PYTHON_NODES) or not node.deterministic():
+        if any(word in name for word in PYTHON_NODES):
             return True
-        children = node.children().iterator()
-        while children.hasNext():
-            stack.append(children.next())
+        if not node.deterministic() and any(
+                _nondeterministic(e) for e in _seq(node.expressions())):
+            return True
+        stack.extend(_seq(node.children()))
     return False
+
+
+def _nondeterministic(expr: Any) -> bool:
+    """Whether a Catalyst expression computes something nondeterministic, other than
+    :data:`SAME_ROWS` (the expressions whose children are all deterministic are where
+    the nondeterminism is their own: ``rand``, ``uuid``, the partition id)."""
+    if expr.deterministic():
+        return False
+    kids = [k for k in _seq(expr.children()) if not k.deterministic()]
+    if not kids:
+        return str(expr.getClass().getSimpleName()) != SAME_ROWS
+    return any(_nondeterministic(k) for k in kids)
+
+
+def _seq(seq: Any) -> list[Any]:
+    """The items of a Scala ``Seq`` (by its iterator's ``hasNext``)."""
+    out, it = [], seq.iterator()
+    while it.hasNext():
+        out.append(it.next())
+    return out
 
 
 def _jvm_started() -> bool:

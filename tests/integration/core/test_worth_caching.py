@@ -8,6 +8,8 @@ from typing import TYPE_CHECKING
 import pytest
 from pyspark.sql import functions as F
 
+from changeflow import lcr
+from changeflow.rules.ruleset import Rule, RuleSet, RuleSetPair
 from changeflow.spark import worth_caching
 
 if TYPE_CHECKING:
@@ -41,3 +43,20 @@ def test_a_python_function_over_arrow_batches_is_cached(parquet) -> None:  # typ
 def test_a_nondeterministic_column_is_cached(parquet) -> None:  # type: ignore[no-untyped-def]
     assert worth_caching(parquet.select("id", F.rand().alias("r"))) is True
     assert worth_caching(parquet.select("id", F.expr("uuid()").alias("u"))) is True
+
+
+def test_the_partition_id_alone_does_not_count(parquet) -> None:  # type: ignore[no-untyped-def]
+    """The rule filter's barrier to the optimizer: values that do not depend on it."""
+    ok = (F.coalesce(F.lit(None).cast("int"), F.lit(-1) - F.spark_partition_id()) >= 0)
+    assert worth_caching(parquet.select("*", ok.alias("ok")).where("ok")) is False
+    assert worth_caching(parquet.select("*", (F.rand() + F.spark_partition_id()).alias("r"))) \
+        is True
+
+
+def test_a_rule_sets_filter_of_batches_is_read_again(spark, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    path = str(tmp_path / "batch")
+    spark.createDataFrame([], lcr.spark_schema()).write.parquet(path)
+    pair = RuleSetPair(positive=RuleSet("P", [Rule("X", ":dml.get_object_owner() = 'HR'")]),
+                       negative=RuleSet("N", [Rule("Y", ":dml.get_object_name() = 'SECRET'")]))
+    assert worth_caching(pair.filter(spark.read.schema(lcr.spark_schema()).parquet(path))) \
+        is False
