@@ -180,6 +180,12 @@ def java_each(iterable: Any) -> Iterator[Any]:
         yield it.next()
 
 
+def java_class(exc: BaseException) -> str | None:
+    """The Java class of an exception raised through py4j (``Py4JJavaError``), else None."""
+    java = getattr(exc, "java_exception", None)
+    return None if java is None else str(java.getClass().getName())
+
+
 def java_dict(jmap: Any) -> dict[str, str]:
     """A Java ``Map<String, String>`` (an Iceberg snapshot summary, table properties) as
     a dict, in one call to the JVM.

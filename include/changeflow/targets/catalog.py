@@ -30,7 +30,7 @@ from sqlalchemy.engine import Connection, make_url
 
 from changeflow import lcr
 from changeflow.errors import ConfigError, TargetError
-from changeflow.jvm import java_dict, java_each
+from changeflow.jvm import java_class, java_dict, java_each
 from changeflow.state import StateStore, utcnow
 from changeflow.state.schema_apply import dropped_tables, target_stats
 
@@ -194,10 +194,13 @@ class IcebergTargets:
         jvm = spark.sparkContext._jvm  # noqa: SLF001
         assert jvm is not None
         ident = jvm.org.apache.iceberg.catalog.TableIdentifier.parse(".".join(split(table)))
-        cat = self.java_catalog(spark)
-        if not cat.tableExists(ident):
-            return None
-        return cat.loadTable(ident)
+        # one load (``tableExists`` is a load too, and each reads the table's metadata)
+        try:
+            return self.java_catalog(spark).loadTable(ident)
+        except Exception as exc:  # noqa: BLE001  (py4j's error; the Java class is checked)
+            if java_class(exc) == "org.apache.iceberg.exceptions.NoSuchTableException":
+                return None
+            raise
 
     # -- headers ----------------------------------------------------------------------------
     def get(self, spark: SparkSession, table: str) -> TargetTable | None:

@@ -12,11 +12,11 @@ Iceberg's write-audit-publish, with the pass's identity on every snapshot it wri
    ``MERGE INTO`` (merge-on-read: new rows, and delete files for the replaced ones);
    a TRUNCATE first empties the branch;
 3. the data-quality check reads the branch (:mod:`changeflow.quality.target`);
-4. :func:`publish`: ``main`` is fast-forwarded to the branch: the catalog commit that
-   makes the changes visible. It fails, and nothing is published, when another writer
-   moved ``main`` since the pass read it (Iceberg's optimistic concurrency): the pass is
-   retried. A failed check keeps the branch as ``quarantine_<pass>_<nonce>`` for the
-   operator instead (:func:`quarantine`).
+4. :func:`publish`: ``main`` is fast-forwarded to the branch, and the branch dropped,
+   in one catalog commit: the one that makes the changes visible. It fails, and nothing
+   is published, when another writer moved ``main`` since the pass read it (Iceberg's
+   optimistic concurrency): the pass is retried. A failed check keeps the branch as
+   ``quarantine_<pass>_<nonce>`` for the operator instead (:func:`quarantine`).
 
 The apply's positions commit in its state store after every table is published; a
 crash in between is what step 1 recognises.
@@ -67,6 +67,7 @@ class Staged:
     summary: dict[str, str] = field(default_factory=dict)
     rows_before: int = 0
     changed: int = 0
+    scratch: str | None = None  # the branch the images were appended to, if any
 
     @property
     def rows_after(self) -> int:
@@ -129,34 +130,23 @@ def stage(spark: SparkSession, targets: IcebergTargets, table: TargetTable, pass
             key columns and :data:`.rowdelta.LOCATION`.
     """
     branch = f"cf_{pass_id}_{uuid.uuid4().hex[:6]}"
-    create_branch(spark, targets, table.name, branch, table.snapshot)
-    target = targets.ident(table.name, branch=branch)
     jt = targets.java_table(spark, table.name)
-    assert jt is not None
+    if jt is None:
+        raise TargetError(f"target table {table.name} was dropped outside changeflow while "
+                          "the apply wrote to it; nothing was published")
     changed: int | None = None
     appended = False
+    scratch = None
     if located is not None and table.snapshot is not None and rowdelta.usable(
             jt, partial=partial, truncate=truncate):
         changed = rowdelta.write(spark, targets, table, branch, images, located,
                                  dict(_active))
-    elif table.snapshot is None and not truncate:
-        # A table without rows yet: every written image is an insert. An append writes
-        # them (a MERGE INTO would plan a join with nothing); rows as MERGE INTO counts.
-        from pyspark.sql import functions as F
-
-        images.where(F.col("_cf_op") != "D").select(*table.column_names, *META) \
-            .writeTo(target).append()
-        appended = True
+        scratch = rowdelta.scratch_of(branch)
     else:
-        if truncate:
-            spark.sql(f"DELETE FROM {target} WHERE true")
-        view = f"cf_images_{uuid.uuid4().hex[:12]}"
-        images.createOrReplaceTempView(view)
-        try:
-            spark.sql(merge_sql(target, view, table, partial=partial))
-        finally:
-            spark.catalog.dropTempView(view)
-    staged = Staged(table, branch)
+        create_branch(spark, targets, table.name, branch, table.snapshot)
+        appended = _merge(spark, targets.ident(table.name, branch=branch), table, images,
+                          partial=partial, truncate=truncate)
+    staged = Staged(table, branch, scratch=scratch)
     jt = targets.java_table(spark, table.name)
     assert jt is not None
     ref = jt.refs().get(branch)
@@ -170,6 +160,30 @@ def stage(spark: SparkSession, targets: IcebergTargets, table: TargetTable, pass
     if table.snapshot is not None and not truncate:  # a TRUNCATE starts from nothing
         staged.rows_before = rows_of(java_dict(jt.snapshot(table.snapshot).summary()))
     return staged
+
+
+def _merge(spark: SparkSession, target: str, table: TargetTable, images: DataFrame, *,
+           partial: bool, truncate: bool) -> bool:
+    """Write the images to the branch ``target`` names with one ``MERGE INTO`` (after a
+    TRUNCATE's delete of every row), or as an append into a table without rows yet;
+    returns whether it was an append."""
+    if table.snapshot is None and not truncate:
+        # A table without rows yet: every written image is an insert. An append writes
+        # them (a MERGE INTO would plan a join with nothing); rows as MERGE INTO counts.
+        from pyspark.sql import functions as F
+
+        images.where(F.col("_cf_op") != "D").select(*table.column_names, *META) \
+            .writeTo(target).append()
+        return True
+    if truncate:
+        spark.sql(f"DELETE FROM {target} WHERE true")
+    view = f"cf_images_{uuid.uuid4().hex[:12]}"
+    images.createOrReplaceTempView(view)
+    try:
+        spark.sql(merge_sql(target, view, table, partial=partial))
+    finally:
+        spark.catalog.dropTempView(view)
+    return False
 
 
 def changed_rows(summary: dict[str, str]) -> int:
@@ -200,7 +214,8 @@ def merge_sql(target: str, view: str, table: TargetTable, *, partial: bool) -> s
 
 def publish(spark: SparkSession, targets: IcebergTargets, staged: Staged, *,
             tries: int = 4) -> None:
-    """Fast-forward ``main`` to the staged branch, then drop the branch.
+    """Fast-forward ``main`` to the staged branch and drop the branch (and its scratch
+    branch), in one catalog commit.
 
     A catalog that cannot be reached is tried again (``tries`` times, backing off).
 
@@ -210,14 +225,21 @@ def publish(spark: SparkSession, targets: IcebergTargets, staged: Staged, *,
         TargetError: the table was dropped behind the apply's back.
     """
     name = staged.table.name
-    # the table named with its catalog: a bare name is first tried as a catalog's name,
-    # which Iceberg logs with a stack trace on every call
-    sql = (f"CALL {q(targets.name)}.system.fast_forward(table => '{targets.ident(name)}', "
-           f"branch => 'main', to => '{staged.branch}')")
+    dropped = TargetError(f"target table {name} was dropped outside changeflow while the "
+                          "apply wrote to it; nothing was published")
     for attempt in range(tries):
         try:
-            spark.sql(sql).collect()
-            break
+            jt = targets.java_table(spark, name)
+            if jt is None:
+                raise dropped
+            refs = jt.manageSnapshots().fastForwardBranch("main", staged.branch) \
+                .removeBranch(staged.branch)
+            if staged.scratch is not None and jt.refs().containsKey(staged.scratch):
+                refs = refs.removeBranch(staged.scratch)
+            refs.commit()
+            return
+        except TargetError:
+            raise
         except Exception as exc:  # noqa: BLE001  (classified below)
             text = str(exc)
             if "not an ancestor" in text:
@@ -225,15 +247,12 @@ def publish(spark: SparkSession, targets: IcebergTargets, staged: Staged, *,
                     f"target table {name}: another writer committed to it since this pass "
                     f"read snapshot {staged.table.snapshot}; nothing was published, the "
                     "pass will read the table again") from exc
-            if "NoSuchTable" in text or "TABLE_OR_VIEW_NOT_FOUND" in text or \
-                    "Cannot find table" in text:
-                raise TargetError(f"target table {name} was dropped outside changeflow while "
-                                  "the apply wrote to it; nothing was published") from exc
+            if "NoSuchTable" in text or "Cannot find table" in text:
+                raise dropped from exc
             if attempt == tries - 1:
                 raise
             log.warning("publishing %s failed (%s); trying again", name, text.splitlines()[0])
             time.sleep(0.5 * 2 ** attempt)
-    drop_branch(spark, targets, name, staged.branch)
 
 
 def quarantine(spark: SparkSession, targets: IcebergTargets, staged: Staged) -> str:
@@ -249,6 +268,8 @@ def quarantine(spark: SparkSession, targets: IcebergTargets, staged: Staged) -> 
     name = staged.branch.replace("cf_", "quarantine_", 1)
     create_branch(spark, targets, staged.table.name, name, staged.snapshot)
     drop_branch(spark, targets, staged.table.name, staged.branch)
+    if staged.scratch is not None:
+        drop_branch(spark, targets, staged.table.name, staged.scratch)
     return name
 
 

@@ -8,7 +8,8 @@ rows lives. A ``MERGE INTO`` would scan the table again to find the same rows. I
 
 1. Spark writes the data files of the written images (``_cf_op = 'W'``) with Iceberg's
    own writer (the table's partitioning, file sizes and column metrics), as an append
-   to a scratch branch that is dropped afterwards;
+   to a scratch branch (:func:`scratch_of` the staged branch, made with it in one
+   commit and dropped when the staged branch is published or set aside);
 2. the located rows of every changed key are deleted by position: one Parquet position
    delete file per data file (Iceberg's file-scoped deletes, the layout Spark's
    merge-on-read writes), stored in the table's data location and partition (by Arrow
@@ -45,7 +46,6 @@ from changeflow.spark import concurrently
 from changeflow.targets import files as table_files
 from changeflow.targets.catalog import META, IcebergTargets, TargetTable
 from changeflow.targets.plans import HOTTEST, hottest, planned_hottest
-from changeflow.targets.tables import create_branch, drop_branch
 
 if TYPE_CHECKING:
     import numpy as np
@@ -67,6 +67,12 @@ PROPERTY_PREFIX = "spark.sql.iceberg.snapshot-property."
 SCRATCH = "changeflow.scratch"
 
 
+def scratch_of(branch: str) -> str:
+    """The scratch branch the images of a write staged on ``branch`` are appended to
+    (starting as ``branch`` does: a crashed attempt's stale branches go together)."""
+    return f"{branch}w"
+
+
 def usable(jt: Any, *, partial: bool, truncate: bool) -> bool:
     """Whether a staged write can take this path (see the module docstring)."""
     if partial or truncate:
@@ -76,8 +82,9 @@ def usable(jt: Any, *, partial: bool, truncate: bool) -> bool:
 
 def write(spark: SparkSession, targets: IcebergTargets, table: TargetTable, branch: str,
           images: DataFrame, located: pa.Table, props: dict[str, str]) -> int:
-    """Add the written images and delete the located rows of the changed keys on
-    ``branch`` in one snapshot.
+    """Make ``branch`` (and its scratch branch) at the snapshot the pass read, and add
+    the written images and delete the located rows of the changed keys on it in one
+    snapshot.
 
     Spark writes the images' data files (Iceberg's own writer: partitioning, file sizes,
     column metrics) by appending them to a scratch branch; those files, and one position
@@ -99,7 +106,7 @@ def write(spark: SparkSession, targets: IcebergTargets, table: TargetTable, bran
 
     keys = table.key_columns
     base = table.snapshot
-    scratch = f"{branch}w"
+    scratch = scratch_of(branch)
 
     def append() -> None:
         # a write option, not the session's setting: other tables of the pass write at
@@ -112,7 +119,8 @@ def write(spark: SparkSession, targets: IcebergTargets, table: TargetTable, bran
     if jt is None or base is None:
         raise TargetError(f"target table {table.name} was dropped while the apply wrote it")
     gone = _gone(located, images.select(*keys, "_cf_op").toArrow(), keys)
-    create_branch(spark, targets, table.name, scratch, base)
+    # both branches in one commit (each commit writes the table's metadata anew)
+    jt.manageSnapshots().createBranch(branch, base).createBranch(scratch, base).commit()
     # The delete files name rows of ``base``: they are written on the driver while
     # Spark writes the images (the driver's JVM calls and Arrow writes beside the job).
     deletes = concurrently(spark, lambda step: step(), [
@@ -138,7 +146,6 @@ def write(spark: SparkSession, targets: IcebergTargets, table: TargetTable, bran
     delta = delta.set(HOTTEST, str(round(deletes.hottest, 6)))
     if files or gone.num_rows:
         delta.commit()
-    drop_branch(spark, targets, table.name, scratch)
     n_written = sum(int(f.recordCount()) for f in files)
     n_deleted = sum(1 for d in gone.column("_deleted").to_pylist() if d)
     return n_written + n_deleted

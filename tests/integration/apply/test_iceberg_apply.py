@@ -195,7 +195,8 @@ def test_a_pass_deletes_the_rows_it_located_by_position_in_one_snapshot(
     enqueue(cfg, [row("INSERT", new=vals(id=i, name=f"n{i}"), pos=i) for i in range(1, 7)])
     apply_once(spark, cfg, "ap")
     targets = targets_of(cfg, cfg.applies[0])
-    before = targets.java_table(spark, "hr.emp").currentSnapshot().snapshotId()
+    metadata = targets.java_table(spark, "hr.emp").operations().current()
+    before, versions = metadata.currentSnapshot().snapshotId(), metadata.previousFiles().size()
     enqueue(cfg, [row("UPDATE", new=vals(id=1, name="u1"), old=vals(id=1), txn="t2", scn=20),
                   row("UPDATE", new=vals(id=4, name="u4"), old=vals(id=4), txn="t2", scn=20,
                       pos=2),
@@ -223,6 +224,9 @@ def test_a_pass_deletes_the_rows_it_located_by_position_in_one_snapshot(
         scoped.append(f.referencedDataFile() is not None)
     assert scoped and all(scoped)
     assert [str(b) for b in jt.refs().keySet()] == ["main"]  # no staging or scratch branch
+    # four catalog commits (each writes the table's metadata anew): both branches, the
+    # images' append, the row delta, and the publish that drops both branches
+    assert jt.operations().current().previousFiles().size() - versions == 4
     # the history lists the pass once: the scratch append (off main) is left out
     listed = [s for s in snapshots(spark, targets, "hr.emp") if s["pass_id"] == summary[
         "changeflow.pass-id"]]

@@ -161,13 +161,13 @@ def test_a_failed_delete_write_beside_the_append_publishes_nothing(
                       txn="t2", scn=20),
                   row("DELETE", old=vals(id=3, name="n3"), txn="t2", scn=20, pos=2)])
     scratch: list[str] = []
-    real_branch = rowdelta.create_branch
+    real_scratch = rowdelta.scratch_of
 
-    def branch(*a, **k):  # type: ignore[no-untyped-def]
-        scratch.append(a[3])
-        return real_branch(*a, **k)
+    def branch(staged: str) -> str:
+        scratch.append(real_scratch(staged))
+        return scratch[-1]
 
-    monkeypatch.setattr(rowdelta, "create_branch", branch)
+    monkeypatch.setattr(rowdelta, "scratch_of", branch)
 
     def refused(*a, **k):  # type: ignore[no-untyped-def]
         raise OSError("the store refused a delete file")
