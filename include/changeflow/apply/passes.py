@@ -33,7 +33,7 @@ from changeflow.quality.target import TargetWrite
 from changeflow.quality.validator import warm_up
 from changeflow.queues import io as qio
 from changeflow.sites import SiteRuntime, consumer_name
-from changeflow.spark import concurrently, worth_caching
+from changeflow.spark import concurrently
 from changeflow.targets import commit as tcommit
 from changeflow.targets.catalog import IcebergTargets
 
@@ -96,10 +96,7 @@ class Pass:
         from pyspark.sql import functions as F
 
         to_apply, parts = enq.split(self.cfg, df, self.dests)
-        # Read three times (the survey, the tables' shapes, the effects). Reading the
-        # batches' Parquet again costs less than caching their maps, unless a rule's
-        # Python function or something nondeterministic is computed with them.
-        if worth_caching(to_apply):
+        if survey.cache_batches(self.batches, to_apply):  # read three times
             to_apply = self._persist(to_apply)
         changes = to_apply.where(F.col("kind").isin("ROW", "DDL"))
         if self.cfg.quality.enabled:  # GX is imported beside the pass's Spark jobs

@@ -1,6 +1,7 @@
 """One look at a pass's messages before applying them: transactions and table shapes.
 
-Two small aggregations over the (cached) changes, collected to the driver:
+Two small aggregations over the changes (cached, or read again: :func:`cache_batches`),
+collected to the driver:
 
 * per source transaction: commit time, number of LCRs, the tables it touches, whether
   it holds DDL, and its first LCR with a command type the contract does not know;
@@ -20,9 +21,12 @@ from typing import TYPE_CHECKING, Any
 
 from changeflow import lcr
 from changeflow.apply.positions import TxnId
+from changeflow.spark import worth_caching
 
 if TYPE_CHECKING:
     from pyspark.sql import Column, DataFrame
+
+    from changeflow.queues.model import Batch
 
 
 @dataclass
@@ -147,3 +151,27 @@ def summary_of(txns: list[TxnInfo]) -> dict[str, Any]:
     """Counts for logs."""
     return {"transactions": len(txns), "lcrs": sum(t.n for t in txns),
             "with_ddl": sum(t.has_ddl for t in txns)}
+
+
+#: the messages per batch, on average, from which a pass reads its batches again instead
+#: of caching them (see :func:`cache_batches`). Measured with warm applies in ABBA order:
+#: one batch of 100,000 changes applied 0.3-0.5 s faster read again, 200 batches of 100
+#: changes 0.25 s faster cached
+REREAD_FROM = 2_000
+
+
+def cache_batches(batches: list[Batch], messages: DataFrame) -> bool:
+    """Whether a pass caches the messages it reads three times (the survey, the tables'
+    shapes, the effects) rather than reading its batches' Parquet again.
+
+    Reading again skips building a cache of the value maps, which costs more than two
+    more reads of large batches; each read of a batch file costs its own footer and
+    task, so small batches (fewer than :data:`REREAD_FROM` messages each, on average)
+    are cached, as are the error queue's entries a re-execution reads (no batches).
+    Computing the messages may run Python (a rule's transform function is called once
+    per message) or be nondeterministic: then they are cached whatever their size
+    (:func:`changeflow.spark.worth_caching`).
+    """
+    if not batches or sum(b.n_messages for b in batches) < REREAD_FROM * len(batches):
+        return True
+    return worth_caching(messages)

@@ -1,5 +1,6 @@
 """``changeflow.spark.worth_caching``: a frame read more than once is cached when computing
-it again would run Python or give other values, and read again otherwise."""
+it again would run Python or give other values, and read again otherwise; an apply pass
+also caches small batches (``changeflow.apply.survey.cache_batches``)."""
 
 from __future__ import annotations
 
@@ -9,6 +10,8 @@ import pytest
 from pyspark.sql import functions as F
 
 from changeflow import lcr
+from changeflow.apply.survey import REREAD_FROM, cache_batches
+from changeflow.queues.model import Batch
 from changeflow.rules.ruleset import Rule, RuleSet, RuleSetPair
 from changeflow.spark import worth_caching
 
@@ -60,3 +63,18 @@ def test_a_rule_sets_filter_of_batches_is_read_again(spark, tmp_path: Path) -> N
                        negative=RuleSet("N", [Rule("Y", ":dml.get_object_name() = 'SECRET'")]))
     assert worth_caching(pair.filter(spark.read.schema(lcr.spark_schema()).parquet(path))) \
         is False
+
+
+def _batches(*sizes: int) -> list[Batch]:
+    return [Batch(i, "q", f"b{i}", f"/q/b{i}", n, 0, "test", None, None)
+            for i, n in enumerate(sizes)]
+
+
+def test_a_pass_reads_large_batches_again_and_caches_small_ones(parquet) -> None:  # type: ignore[no-untyped-def]
+    assert cache_batches(_batches(100_000), parquet) is False
+    assert cache_batches(_batches(REREAD_FROM, REREAD_FROM), parquet) is False
+    assert cache_batches(_batches(*[100] * 200), parquet) is True  # a file read per 100 rows
+    assert cache_batches(_batches(REREAD_FROM, REREAD_FROM - 2), parquet) is True
+    assert cache_batches([], parquet) is True  # a re-execution's error-queue entries
+    plus = F.udf(lambda x: x + 1, "long")
+    assert cache_batches(_batches(100_000), parquet.select(plus("id"))) is True
