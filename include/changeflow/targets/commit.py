@@ -140,7 +140,7 @@ def stage(spark: SparkSession, targets: IcebergTargets, table: TargetTable, pass
     if located is not None and table.snapshot is not None and rowdelta.usable(
             jt, partial=partial, truncate=truncate):
         changed = rowdelta.write(spark, targets, table, branch, images, located,
-                                 dict(_active))
+                                 dict(_active), jt)
         scratch = rowdelta.scratch_of(branch)
     else:
         create_branch(spark, targets, table.name, branch, table.snapshot)

@@ -81,7 +81,7 @@ def usable(jt: Any, *, partial: bool, truncate: bool) -> bool:
 
 
 def write(spark: SparkSession, targets: IcebergTargets, table: TargetTable, branch: str,
-          images: DataFrame, located: pa.Table, props: dict[str, str]) -> int:
+          images: DataFrame, located: pa.Table, props: dict[str, str], jt: Any) -> int:
     """Make ``branch`` (and its scratch branch) at the snapshot the pass read, and add
     the written images and delete the located rows of the changed keys on it in one
     snapshot.
@@ -98,6 +98,7 @@ def write(spark: SparkSession, targets: IcebergTargets, table: TargetTable, bran
         located: per current row of a changed key at the snapshot the branch starts
             from: the key columns and :data:`LOCATION`.
         props: summary properties of the snapshot.
+        jt: the table (Iceberg's Java ``Table``), as the caller loaded it.
 
     Returns:
         Target rows inserted, updated and deleted (as a ``MERGE INTO`` counts them).
@@ -115,9 +116,8 @@ def write(spark: SparkSession, targets: IcebergTargets, table: TargetTable, bran
             .writeTo(targets.ident(table.name, branch=scratch)) \
             .option(f"snapshot-property.{SCRATCH}", "true").append()
 
-    jt = targets.java_table(spark, table.name)
-    if jt is None or base is None:
-        raise TargetError(f"target table {table.name} was dropped while the apply wrote it")
+    if base is None:
+        raise TargetError(f"target table {table.name} has no snapshot to write a row delta on")
     gone = _gone(located, images.select(*keys, "_cf_op").toArrow(), keys)
     # both branches in one commit (each commit writes the table's metadata anew)
     jt.manageSnapshots().createBranch(branch, base).createBranch(scratch, base).commit()
