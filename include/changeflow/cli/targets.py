@@ -88,8 +88,8 @@ def targets_maintain(config_path: str, apply_name: str | None, table: str | None
     spec = cfg.component("apply", one_apply(cfg, apply_name))
     spark = spark_session("changeflow-targets")
     names = [table.lower()] if table else targets.names(spark)
-    rows = [{"table": n, "done": ", ".join(maintain(spark, targets, n,
-                                                    spec.iceberg.maintenance)) or "nothing due"}
+    rows = [{"table": n, "done": ", ".join(maintain(spark, targets, n, spec.iceberg.maintenance,
+                                                    defer=False)) or "nothing due"}
             for n in names]
     emit(rows, chosen(output, as_json), [Col("table"), Col("done")])
 

@@ -28,7 +28,10 @@ the changes: only the files that need it are rewritten.
     a second pass over the table;
 
   and removes the delete files that then apply to nothing. Large files with few
-  deleted rows are left as they are.
+  deleted rows are left as they are. A merge due for small files alone waits when the
+  last applies' pace makes the rewrite of deleted rows due within :data:`SOON` applies
+  (:func:`deferral`): that rewrite merges them too, and whatever the merge wrote now it
+  would write again (an operator's ``changeflow targets maintain`` does not wait).
 * ``rewrite_position_delete_files`` (format version 2) when there are more delete
   files than data files: some data file has several (an apply keeps one per data file,
   :mod:`.rowdelta`; tables written with partition-scoped deletes do not), and they are
@@ -48,7 +51,7 @@ from typing import TYPE_CHECKING, Any
 
 from changeflow.jvm import java_dict, java_each
 from changeflow.targets.catalog import IcebergTargets
-from changeflow.targets.plans import HOTTEST, planned_hottest
+from changeflow.targets.plans import HOTTEST, hottest_growth, planned_hottest
 from changeflow.targets.policy import MaintenancePolicy
 from changeflow.targets.tables import q
 
@@ -58,6 +61,9 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 #: Iceberg's default ``write.target-file-size-bytes`` (512 MiB)
 TARGET_FILE_SIZE = 512 * 1024 * 1024
+#: a merge of small files waits for a rewrite of deleted rows the applies' pace makes due
+#: within this many applies (:func:`deferral`)
+SOON = 2
 #: once deleted rows make a rewrite due, the share of ``delete_ratio`` from which a data
 #: file's deleted rows put it in the rewrite too
 NEAR = 0.8
@@ -94,11 +100,50 @@ def due(summary: dict[str, str], buckets: int, policy: MaintenancePolicy,
         return why
     _, _, files = _counts(summary)
     full = int(summary.get("total-files-size", 0)) // max(target, 1)
-    if files > policy.files_per_bucket * max(buckets, 1) + full:
+    if files > _file_limit(summary, buckets, policy, target):
         more = f" and {full} files of the target size" if full else ""
         return (f"{files} data files (> {policy.files_per_bucket} per bucket of "
                 f"{buckets}{more})")
     return None
+
+
+def _file_limit(summary: dict[str, str], buckets: int, policy: MaintenancePolicy,
+                target: int) -> int:
+    full = int(summary.get("total-files-size", 0)) // max(target, 1)
+    return policy.files_per_bucket * max(buckets, 1) + full
+
+
+def deferral(summary: dict[str, str], buckets: int, policy: MaintenancePolicy,
+             target: int = TARGET_FILE_SIZE, hot: float = 0.0,
+             growth: float | None = None) -> str | None:
+    """Why a merge of small files (:func:`due` for files alone) waits, or None: when the
+    pace of the last applies (``growth``, the rise of the largest share of a data file's
+    rows deleted, :func:`changeflow.targets.plans.hottest_growth`) makes the rewrite of
+    deleted rows due within :data:`SOON` applies. That rewrite merges the small files
+    too, and whatever the merge wrote now it would write again. A merge waits only while
+    the table has at most twice the data files the policy allows.
+
+    >>> p = MaintenancePolicy(files_per_bucket=8)
+    >>> s = {"total-records": "1000", "total-data-files": "144"}
+    >>> deferral(s, 16, p, hot=0.08, growth=0.01)
+    'deleted rows make a rewrite due within 2 applies (8% of a data file, 1.0% more an apply)'
+    >>> deferral(s, 16, p, hot=0.05, growth=0.01) is None  # five applies away
+    True
+    >>> deferral(s, 16, p, hot=0.08) is None  # no pace known
+    True
+    >>> deferral({**s, "total-data-files": "300"}, 16, p, hot=0.09, growth=0.01) is None
+    True
+    """
+    if growth is None or growth <= 0:
+        return None
+    _, _, files = _counts(summary)
+    if files > 2 * _file_limit(summary, buckets, policy, target):
+        return None
+    applies = (policy.delete_ratio - hot) / growth
+    if applies > SOON + 1e-9:
+        return None
+    return (f"deleted rows make a rewrite due within {max(1, round(applies))} applies "
+            f"({hot:.0%} of a data file, {growth:.1%} more an apply)")
 
 
 def _for_deletes(summary: dict[str, str], policy: MaintenancePolicy, hot: float
@@ -152,9 +197,11 @@ def _counts(summary: dict[str, str]) -> tuple[int, int, int]:
 
 
 def maintain(spark: SparkSession, targets: IcebergTargets, table: str,
-             policy: MaintenancePolicy) -> dict[str, Any]:
+             policy: MaintenancePolicy, *, defer: bool = True) -> dict[str, Any]:
     """Maintain one table if it is due (see the module docstring); returns what was done
-    (per procedure: why, seconds, and the procedure's own counts)."""
+    (per procedure: why, seconds, and the procedure's own counts; ``deferred``: a merge
+    of small files that waits for a rewrite of deleted rows, :func:`deferral`, unless
+    ``defer`` is false: an operator's explicit run)."""
     done: dict[str, Any] = {}
     header = targets.get(spark, table) if policy.enabled else None
     if header is None:
@@ -170,6 +217,13 @@ def maintain(spark: SparkSession, targets: IcebergTargets, table: str,
     v2 = int(jt.operations().current().formatVersion()) == 2
     hot = hottest_now(spark, jt, snap, policy)
     why = due(summary, header.buckets, policy, target, hot)
+    if why is not None and defer and _for_deletes(summary, policy, hot) is None:
+        wait = deferral(summary, header.buckets, policy, target, hot,
+                        hottest_growth(spark, jt, int(snap.snapshotId())))
+        if wait is not None:
+            done["deferred"] = {"why": why, "waits": wait}
+            log.info("table %s: the merge of small files (%s) waits: %s", table, why, wait)
+            why = None
     if why is not None:
         small = small_file_bytes(summary, header.buckets, policy, target)
         ratio = delete_threshold(summary, policy, hot)

@@ -69,6 +69,45 @@ def hottest_of(chain: Iterable[tuple[str, Mapping[str, str]]], *,
     return 0.0
 
 
+def hottest_growth(spark: SparkSession, jt: Any, snapshot: int | None) -> float | None:
+    """How much the last row delta up to ``snapshot`` raised :data:`HOTTEST` over the one
+    before it: the pace at which the deletes approach a rewrite (:func:`recorded_growth`
+    of the table's snapshots)."""
+    return recorded_growth((str(s.operation()), s.summary())
+                           for s in ancestors(spark, jt, snapshot))
+
+
+def recorded_growth(chain: Iterable[tuple[str, Mapping[str, str]]]) -> float | None:
+    """How much the newest :data:`HOTTEST` in a table's snapshots (newest first, as
+    (operation, summary)) exceeds the one recorded before it; None where the chain does
+    not tell: fewer than two row deltas since the data files were last rewritten, or
+    another writer's deletes between them.
+
+    >>> round(recorded_growth([("overwrite", {HOTTEST: "0.08"}), ("append", {}),
+    ...                        ("overwrite", {HOTTEST: "0.07"})]), 6)
+    0.01
+    >>> recorded_growth([("overwrite", {HOTTEST: "0.02"}),
+    ...                  ("replace", {"deleted-data-files": "4"}),
+    ...                  ("overwrite", {HOTTEST: "0.09"})]) is None
+    True
+    >>> recorded_growth([("overwrite", {HOTTEST: "0.08"}),
+    ...                  ("delete", {"added-position-deletes": "3"}),
+    ...                  ("overwrite", {HOTTEST: "0.07"})]) is None
+    True
+    """
+    seen: list[float] = []
+    for operation, summary in itertools.islice(chain, _LOOKBACK):
+        if summary.get(HOTTEST) is not None:
+            seen.append(float(summary[HOTTEST]))
+            if len(seen) == 2:
+                return seen[0] - seen[1]
+        elif operation == "replace" and summary.get("deleted-data-files") or (
+                int(summary.get("added-position-deletes") or 0)
+                or int(summary.get("added-dvs") or 0)):
+            return None
+    return None
+
+
 def planned_hottest(spark: SparkSession, jt: Any, snapshot: int, average: float) -> float:
     """The largest share of a data file's rows deleted at ``snapshot``, from the table's
     scan plan, among the files of at least ``average`` rows: the deletes of any writer

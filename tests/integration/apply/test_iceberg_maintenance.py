@@ -337,3 +337,74 @@ def _deletes_per_file(jt: Any) -> dict[str, int]:
         out[str(task.file().location())] = len(list(task.deletes()))
     tasks.close()
     return out
+
+
+def test_a_merge_of_small_files_waits_for_a_rewrite_of_deleted_rows_due_soon(
+        spark, make_cfg, enqueue) -> None:  # type: ignore[no-untyped-def]
+    """Applies delete 3% of every large file's rows each (a table changed evenly) and
+    add small files. Where the files are due for a merge while the applies' pace makes
+    the deleted rows due within two applies, the merge waits; the rewrite of deleted
+    rows then merges the small files too. An operator's run does not wait."""
+    cfg = make_cfg(APPLY)
+    enqueue(cfg, [row("INSERT", new=vals(id=i, name=f"n{i}"), pos=i) for i in range(2000)])
+    apply_once(spark, cfg, "ap")
+    targets = targets_of(cfg, cfg.applies[0])
+    ident = targets.ident(EMP)
+    policy = MaintenancePolicy(delete_ratio=0.1, files_per_bucket=1)
+    scn = iter(range(100, 200))
+
+    def large() -> dict[str, list[int]]:
+        return {f: sorted(ids) for f, ids in spark.sql(
+            f"SELECT _file, collect_list(id) FROM {ident} GROUP BY _file "
+            "HAVING count(*) >= 100").collect()}
+
+    def apply(files: dict[str, list[int]], done: float, now: float, new: int = 0) -> None:
+        """Delete the rows of each file between the shares ``done`` and ``now`` of it;
+        insert ``new`` rows (small files)."""
+        n = next(scn)
+        gone = [i for ids in files.values()
+                for i in ids[round(len(ids) * done):round(len(ids) * now)]]
+        lcrs = [row("DELETE", old=vals(id=i), txn=f"t{n}", scn=n, pos=i) for i in gone]
+        lcrs += [row("INSERT", new=vals(id=10_000 + 100 * n + k, name="new"), txn=f"t{n}",
+                     scn=n, pos=5000 + k) for k in range(new)]
+        enqueue(cfg, lcrs)
+        apply_once(spark, cfg, "ap")
+
+    base = large()
+    assert len(base) == 4
+    apply(base, 0.0, 0.03)
+    apply(base, 0.03, 0.06)
+    assert maintain(spark, targets, EMP, policy) == {}  # nothing due yet
+    apply(base, 0.06, 0.09, new=40)  # 9% of each large file: one apply from due
+    before = set(_files_of(spark, ident))
+    assert len(before) > 4 * policy.files_per_bucket  # due for the small files alone
+    done = maintain(spark, targets, EMP, policy)
+    assert "rewrite_data_files" not in done
+    assert "data files" in done["deferred"]["why"]
+    assert done["deferred"]["waits"].startswith("deleted rows make a rewrite due within 1")
+    assert set(_files_of(spark, ident)) == before  # nothing rewritten
+    apply(base, 0.09, 0.12)
+    content = table_rows(spark, cfg)
+    done = maintain(spark, targets, EMP, policy)
+    assert "deleted rows" in done["rewrite_data_files"]["why"]
+    after = _files_of(spark, ident)
+    assert not set(after) & before  # the small files were merged with the large ones
+    assert len(after) <= 4
+    jt = targets.java_table(spark, EMP)
+    assert int(jt.currentSnapshot().summary().get("total-position-deletes", 0)) == 0
+    assert table_rows(spark, cfg) == content
+    # the same pace after the rewrite: an operator's run merges without waiting
+    rewritten = large()
+    apply(rewritten, 0.0, 0.03)
+    apply(rewritten, 0.03, 0.06, new=40)
+    small = set(_files_of(spark, ident)) - set(rewritten)
+    assert "deferred" in maintain(spark, targets, EMP, policy)
+    done = maintain(spark, targets, EMP, policy, defer=False)
+    assert "deferred" not in done and "data files" in done["rewrite_data_files"]["why"]
+    assert not small & set(_files_of(spark, ident))
+
+
+def _files_of(spark: Any, ident: str) -> dict[str, int]:
+    """A table's data files and their live rows."""
+    return {r[0]: int(r[1]) for r in spark.sql(
+        f"SELECT _file, count(*) FROM {ident} GROUP BY _file").collect()}
