@@ -21,6 +21,7 @@ TABLE_COLUMNS = [Col("apply"), Col("table"), Col("rows", "count"), Col("snapshot
                  Col("delete_files", "count", "delete files"),
                  Col("deleted_rows", "count", "deleted rows"),
                  Col("hottest_file", header="most deleted in a file"),
+                 Col("maintenance", width=48),
                  Col("last_positions", header="applied up to", width=40),
                  Col("last_commit", "time", "last commit")]
 SNAPSHOT_COLUMNS = [Col("table"), Col("snapshot"), Col("committed_at", "time", "committed"),

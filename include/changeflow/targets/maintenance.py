@@ -175,6 +175,27 @@ def delete_threshold(summary: dict[str, str], policy: MaintenancePolicy, hot: fl
     return policy.delete_ratio
 
 
+def rewrite_plan(summary: dict[str, str], buckets: int, policy: MaintenancePolicy,
+                 target: int = TARGET_FILE_SIZE, hot: float = 0.0,
+                 growth: Callable[[], float | None] = lambda: None
+                 ) -> tuple[str | None, str | None]:
+    """Why the data files are due for a rewrite (:func:`due`, None: not due) and, where
+    they are due for small files alone, why the merge waits (:func:`deferral`, None: it
+    does not); ``growth`` (the applies' pace) is asked for only then.
+
+    >>> p = MaintenancePolicy(files_per_bucket=8)
+    >>> s = {"total-records": "1000", "total-data-files": "144"}
+    >>> rewrite_plan(s, 16, p, hot=0.05, growth=lambda: 0.01)
+    ('144 data files (> 8 per bucket of 16)', None)
+    >>> rewrite_plan(s, 16, p, hot=0.09, growth=lambda: 0.01)[1]
+    'deleted rows make a rewrite due within 1 applies (9% of a data file, 1.0% more an apply)'
+    """
+    why = due(summary, buckets, policy, target, hot)
+    if why is None or _for_deletes(summary, policy, hot) is not None:
+        return why, None
+    return why, deferral(summary, buckets, policy, target, hot, growth())
+
+
 def small_file_bytes(summary: dict[str, str], buckets: int, policy: MaintenancePolicy,
                      target: int = TARGET_FILE_SIZE) -> int:
     """The size under which a data file is small: a bucket's share of the table's bytes
@@ -216,14 +237,12 @@ def maintain(spark: SparkSession, targets: IcebergTargets, table: str,
     proc, ident = f"{q(targets.name)}.system", targets.ident(table)
     v2 = int(jt.operations().current().formatVersion()) == 2
     hot = hottest_now(spark, jt, snap, policy)
-    why = due(summary, header.buckets, policy, target, hot)
-    if why is not None and defer and _for_deletes(summary, policy, hot) is None:
-        wait = deferral(summary, header.buckets, policy, target, hot,
-                        hottest_growth(spark, jt, int(snap.snapshotId())))
-        if wait is not None:
-            done["deferred"] = {"why": why, "waits": wait}
-            log.info("table %s: the merge of small files (%s) waits: %s", table, why, wait)
-            why = None
+    why, wait = rewrite_plan(summary, header.buckets, policy, target, hot, (
+        lambda: hottest_growth(spark, jt, int(snap.snapshotId())) if defer else None))
+    if wait is not None:
+        done["deferred"] = {"why": why, "waits": wait}
+        log.info("table %s: the merge of small files (%s) waits: %s", table, why, wait)
+        why = None
     if why is not None:
         small = small_file_bytes(summary, header.buckets, policy, target)
         ratio = delete_threshold(summary, policy, hot)

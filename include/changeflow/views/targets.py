@@ -15,8 +15,9 @@ from typing import Any
 from changeflow.config import ApplySpec, PipelineConfig
 from changeflow.sites import queue_site
 from changeflow.targets.catalog import IcebergTargets, rows_of
-from changeflow.targets.maintenance import hottest_at
-from changeflow.targets.plans import hottest_of
+from changeflow.targets.maintenance import TARGET_FILE_SIZE, hottest_at, rewrite_plan
+from changeflow.targets.plans import hottest_of, recorded_growth
+from changeflow.targets.policy import MaintenancePolicy
 from changeflow.targets.read import pyiceberg_catalog
 from changeflow.views.common import check_component
 
@@ -25,6 +26,7 @@ TABLE_COLUMNS = (
     ("data_files", "count", "data files"), ("delete_files", "count", "delete files"),
     ("deleted_rows", "count", "deleted rows"),
     ("hottest_file", "text", "most deleted in a file"),
+    ("maintenance", "text", "maintenance"),
     ("last_positions", "text", "applied up to"), ("last_commit", "time", "last commit"))
 SNAPSHOT_COLUMNS = (
     ("table", "text"), ("snapshot", "text"), ("committed_at", "time", "committed"),
@@ -57,6 +59,32 @@ def _summary(s: Any) -> dict[str, str]:
     return dict(s.summary.additional_properties) if s.summary else {}
 
 
+def _chain(table: Any) -> Iterator[tuple[str, dict[str, str]]]:
+    """A PyIceberg table's snapshots on ``main``, newest first, as (operation, summary)."""
+    return ((s.summary.operation.value if s.summary else "", _summary(s))
+            for s in _main(table))
+
+
+def _maintenance(table: Any, policy: MaintenancePolicy, hot: float) -> str:
+    """What an apply's maintenance would do to the table's data files now
+    (:func:`changeflow.targets.maintenance.rewrite_plan`): ``due: <why>``, ``waits:
+    <why>`` (a merge of small files waiting for a rewrite of deleted rows due soon),
+    ``nothing due``, or ``off``."""
+    cur = table.metadata.current_snapshot()
+    if not policy.enabled:
+        return "off"
+    if cur is None:
+        return "nothing due"
+    buckets = max([getattr(f.transform, "num_buckets", 0) for f in table.spec().fields]
+                  or [0])
+    target = int(table.properties.get("write.target-file-size-bytes", TARGET_FILE_SIZE))
+    why, wait = rewrite_plan(_summary(cur), buckets, policy, target, hot,
+                             lambda: recorded_growth(_chain(table)))
+    if wait is not None:
+        return f"waits: {wait}"
+    return f"due: {why}" if why is not None else "nothing due"
+
+
 def _hottest(table: Any, delete_ratio: float) -> float:
     """The largest share of a data file's rows deleted in a PyIceberg table, as
     maintenance sees it (:func:`changeflow.targets.maintenance.hottest_at`).
@@ -68,8 +96,7 @@ def _hottest(table: Any, delete_ratio: float) -> float:
     cur = table.metadata.current_snapshot()
     if cur is None:
         return 0.0
-    recorded = hottest_of(((s.summary.operation.value if s.summary else "", _summary(s))
-                           for s in _main(table)), others=False) or 0.0
+    recorded = hottest_of(_chain(table), others=False) or 0.0
     return max(recorded, hottest_at(_summary(cur), delete_ratio, lambda average: _planned(
         table, cur.snapshot_id, average)))
 
@@ -157,7 +184,8 @@ def snapshots(cfg: PipelineConfig, component: str | None = None) -> list[dict[st
 def targets(cfg: PipelineConfig, component: str | None = None) -> list[dict[str, Any]]:
     """One row per target table: rows, snapshots, files, rows deleted but still in data
     files (what maintenance rewrites: all of them, and the largest share of one data
-    file's rows, as maintenance sees it), and how far it is applied.
+    file's rows, as maintenance sees it), what maintenance would do now, and how far it
+    is applied.
 
     Raises:
         UnknownComponentError: ``component`` is not an apply of the pipeline.
@@ -175,6 +203,7 @@ def targets(cfg: PipelineConfig, component: str | None = None) -> list[dict[str,
                 cur = table.metadata.current_snapshot()
                 summary = _summary(cur) if cur is not None else {}
                 applied = [s for s in snaps if s["positions"]]
+                hot = _hottest(table, policy.delete_ratio)
                 rows[(spec.name, name)] = {
                     "apply": spec.name, "table": name, "rows": rows_of(summary),
                     "snapshots": len(snaps),
@@ -182,7 +211,8 @@ def targets(cfg: PipelineConfig, component: str | None = None) -> list[dict[str,
                     "delete_files": int(summary.get("total-delete-files", 0)),
                     "deleted_rows": int(summary.get("total-position-deletes", 0))
                     + int(summary.get("total-equality-deletes", 0)),
-                    "hottest_file": f"{_hottest(table, policy.delete_ratio):.0%}",
+                    "hottest_file": f"{hot:.0%}",
+                    "maintenance": _maintenance(table, policy, hot),
                     "last_positions": applied[-1]["positions"] if applied else None,
                     "last_commit": last.get("committed_at")}
     return [rows[k] for k in sorted(rows)]

@@ -383,10 +383,19 @@ def test_a_merge_of_small_files_waits_for_a_rewrite_of_deleted_rows_due_soon(
     assert "data files" in done["deferred"]["why"]
     assert done["deferred"]["waits"].startswith("deleted rows make a rewrite due within 1")
     assert set(_files_of(spark, ident)) == before  # nothing rewritten
+    cfg_policy = cfg.model_copy(update={"applies": [cfg.applies[0].model_copy(update={
+        "iceberg": cfg.applies[0].iceberg.model_copy(update={"maintenance": policy})})]})
+    [view] = views.targets(cfg_policy)  # what an operator sees (PyIceberg, no Spark)
+    assert view["maintenance"] == f"waits: {done['deferred']['waits']}"
+    assert views.targets(cfg)[0]["maintenance"] == "off"  # the apply's own policy
     apply(base, 0.09, 0.12)
     content = table_rows(spark, cfg)
+    [view] = views.targets(cfg_policy)
+    assert view["maintenance"].startswith("due: ")
     done = maintain(spark, targets, EMP, policy)
+    assert view["maintenance"] == f"due: {done['rewrite_data_files']['why']}"
     assert "deleted rows" in done["rewrite_data_files"]["why"]
+    assert views.targets(cfg_policy)[0]["maintenance"] == "nothing due"
     after = _files_of(spark, ident)
     assert not set(after) & before  # the small files were merged with the large ones
     assert len(after) <= 4
