@@ -99,8 +99,8 @@ def due(summary: dict[str, str], buckets: int, policy: MaintenancePolicy,
     if why is not None:
         return why
     _, _, files = _counts(summary)
-    full = int(summary.get("total-files-size", 0)) // max(target, 1)
     if files > _file_limit(summary, buckets, policy, target):
+        full = int(summary.get("total-files-size", 0)) // max(target, 1)
         more = f" and {full} files of the target size" if full else ""
         return (f"{files} data files (> {policy.files_per_bucket} per bucket of "
                 f"{buckets}{more})")
@@ -142,7 +142,8 @@ def deferral(summary: dict[str, str], buckets: int, policy: MaintenancePolicy,
     applies = (policy.delete_ratio - hot) / growth
     if applies > SOON + 1e-9:
         return None
-    return (f"deleted rows make a rewrite due within {max(1, round(applies))} applies "
+    n = max(1, round(applies))
+    return (f"deleted rows make a rewrite due within {n} appl{'y' if n == 1 else 'ies'} "
             f"({hot:.0%} of a data file, {growth:.1%} more an apply)")
 
 
@@ -188,7 +189,7 @@ def rewrite_plan(summary: dict[str, str], buckets: int, policy: MaintenancePolic
     >>> rewrite_plan(s, 16, p, hot=0.05, growth=lambda: 0.01)
     ('144 data files (> 8 per bucket of 16)', None)
     >>> rewrite_plan(s, 16, p, hot=0.09, growth=lambda: 0.01)[1]
-    'deleted rows make a rewrite due within 1 applies (9% of a data file, 1.0% more an apply)'
+    'deleted rows make a rewrite due within 1 apply (9% of a data file, 1.0% more an apply)'
     """
     why = due(summary, buckets, policy, target, hot)
     if why is None or _for_deletes(summary, policy, hot) is not None:

@@ -101,7 +101,7 @@ def recorded_growth(chain: Iterable[tuple[str, Mapping[str, str]]]) -> float | N
             seen.append(float(summary[HOTTEST]))
             if len(seen) == 2:
                 return seen[0] - seen[1]
-        elif operation == "replace" and summary.get("deleted-data-files") or (
+        elif (operation == "replace" and summary.get("deleted-data-files")) or (
                 int(summary.get("added-position-deletes") or 0)
                 or int(summary.get("added-dvs") or 0)):
             return None
