@@ -11,7 +11,7 @@ data files.
 from __future__ import annotations
 
 import itertools
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from typing import TYPE_CHECKING, Any
 
 from changeflow.jvm import java_each
@@ -57,16 +57,24 @@ def hottest_of(chain: Iterable[tuple[str, Mapping[str, str]]], *,
     >>> hottest_of(chain) is None, hottest_of(chain, others=False)
     (True, 0.25)
     """
+    return next(_recorded(chain, others=others), 0.0)
+
+
+def _recorded(chain: Iterable[tuple[str, Mapping[str, str]]], *, others: bool = True
+              ) -> Iterator[float | None]:
+    """The shares the row deltas recorded (:data:`HOTTEST`), newest first, back to the
+    last rewrite of data files; with ``others``, a last None at another writer's deletes
+    (only the scan plan tells from there)."""
     for operation, summary in itertools.islice(chain, _LOOKBACK):
         if summary.get(HOTTEST) is not None:
-            return float(summary[HOTTEST])
-        if operation == "replace":
+            yield float(summary[HOTTEST])
+        elif operation == "replace":
             if summary.get("deleted-data-files"):
-                return 0.0
+                return
         elif others and (int(summary.get("added-position-deletes") or 0)
                          or int(summary.get("added-dvs") or 0)):
-            return None
-    return 0.0
+            yield None
+            return
 
 
 def hottest_growth(spark: SparkSession, jt: Any, snapshot: int | None) -> float | None:
@@ -94,18 +102,18 @@ def recorded_growth(chain: Iterable[tuple[str, Mapping[str, str]]]) -> float | N
     ...                  ("delete", {"added-position-deletes": "3"}),
     ...                  ("overwrite", {HOTTEST: "0.07"})]) is None
     True
+
+    A merge of delete files (a ``replace`` that rewrites no data file) is passed over:
+
+    >>> round(recorded_growth([("overwrite", {HOTTEST: "0.08"}),
+    ...                        ("replace", {"added-position-deletes": "9"}),
+    ...                        ("overwrite", {HOTTEST: "0.06"})]), 6)
+    0.02
     """
-    seen: list[float] = []
-    for operation, summary in itertools.islice(chain, _LOOKBACK):
-        if summary.get(HOTTEST) is not None:
-            seen.append(float(summary[HOTTEST]))
-            if len(seen) == 2:
-                return seen[0] - seen[1]
-        elif (operation == "replace" and summary.get("deleted-data-files")) or (
-                int(summary.get("added-position-deletes") or 0)
-                or int(summary.get("added-dvs") or 0)):
-            return None
-    return None
+    last = list(itertools.islice(_recorded(chain), 2))
+    if len(last) < 2 or last[0] is None or last[1] is None:
+        return None
+    return last[0] - last[1]
 
 
 def planned_hottest(spark: SparkSession, jt: Any, snapshot: int, average: float) -> float:
