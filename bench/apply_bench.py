@@ -48,6 +48,9 @@ maintenance (the warm figure until 2026-12-06) and the second apply are kept bes
 * ``apply.tables_side_by_side``: passes of eight small tables with the tables side by
   side (the default ``parallelism``) over one after the other (:mod:`bench.apply_tables`,
   reported).
+* ``apply.long_history``: applies into a table of 100,000 rows given 10,000 snapshots
+  (a week of applies every minute) over the same applies into one with a young history
+  (:mod:`bench.apply_history`, reported).
 """
 
 from __future__ import annotations
@@ -258,6 +261,7 @@ def rewrite(spark: SparkSession, targets: Any, source: str) -> float:
 
 def run(spark: SparkSession, size: str = "small") -> list[dict[str, Any]]:
     """Every apply figure at ``size`` (``small`` or ``full``)."""
+    from bench.apply_history import long_history
     from bench.apply_tables import side_by_side
 
     n_rows, n_changes = SIZES.get(size, SIZES["small"])
@@ -291,12 +295,13 @@ def run(spark: SparkSession, size: str = "small") -> list[dict[str, Any]]:
         jobs = peers.one_shot(spark, cfg, root, TABLE, n_rows, n_changes,
                               first_run=LATE[-1] + 1)
         tables = side_by_side(spark, root / "tables", size)
+        history = long_history(spark, root / "history")
     figures = {"target_rows": n_rows, "changes": n_changes, "target_columns": 12,
                "buckets": BUCKETS, "load_seconds": round(load, 2),
                "rewrite_runs": [round(x, 3) for x in rewrites]}
     out = results(figures, rewrites, cold, warm, repeated, on, off, merge, delta,
                   reads, reads_after, apply.profile)
-    return [*out, one_shot_entry(jobs), tables]
+    return [*out, one_shot_entry(jobs), tables, history]
 
 
 def one_shot_entry(jobs: dict[str, Any]) -> dict[str, Any]:

@@ -9,7 +9,7 @@ rows lives. A ``MERGE INTO`` would scan the table again to find the same rows. I
 1. Spark writes the data files of the written images (``_cf_op = 'W'``) with Iceberg's
    own writer (the table's partitioning, file sizes and column metrics), as an append
    to a scratch branch (:func:`scratch_of` the staged branch, made with it in one
-   commit and dropped when the staged branch is published or set aside);
+   commit; the row delta's commit drops it and expires its snapshot);
 2. the located rows of every changed key are deleted by position: one Parquet position
    delete file per data file (Iceberg's file-scoped deletes, the layout Spark's
    merge-on-read writes), stored in the table's data location and partition (by Arrow
@@ -134,21 +134,54 @@ def write(spark: SparkSession, targets: IcebergTargets, table: TargetTable, bran
         assert jvm is not None
         files = list(java_each(jvm.org.apache.iceberg.SnapshotChanges.builderFor(jt)
                                .snapshot(added).build().addedDataFiles()))
-    delta = jt.newRowDelta().toBranch(branch).validateFromSnapshot(base)
-    for k, v in props.items():
-        delta = delta.set(k, v)
-    for f in files:
-        delta = delta.addRows(f)
-    for d in deletes.added:
-        delta = delta.addDeletes(d)
-    for d in deletes.removed:  # merged into the new ones
-        delta = delta.removeDeletes(d)
-    delta = delta.set(HOTTEST, str(round(deletes.hottest, 6)))
     if files or gone.num_rows:
-        delta.commit()
+        # One catalog commit: the row delta, and the scratch branch dropped with its
+        # snapshot, whose files the row delta now holds (a snapshot per pass and table in
+        # the table's history, not two: the metadata every commit writes stays half the
+        # size under a frequent schedule).
+        txn = jt.newTransaction()
+        delta = txn.newRowDelta().toBranch(branch).validateFromSnapshot(base)
+        for k, v in props.items():
+            delta = delta.set(k, v)
+        for f in files:
+            delta = delta.addRows(f)
+        for d in deletes.added:
+            delta = delta.addDeletes(d)
+        for d in deletes.removed:  # merged into the new ones
+            delta = delta.removeDeletes(d)
+        delta.set(HOTTEST, str(round(deletes.hottest, 6))).commit()
+        txn.manageSnapshots().removeBranch(scratch).commit()
+        if files:
+            _forget(txn, added)
+        txn.commitTransaction()
+        if files:
+            _delete_own_files(jt, added)
     n_written = sum(int(f.recordCount()) for f in files)
     n_deleted = sum(1 for d in gone.column("_deleted").to_pylist() if d)
     return n_written + n_deleted
+
+
+def _forget(txn: Any, scratch: Any) -> None:
+    """Expire the scratch branch's snapshot in the transaction (dropped with its branch):
+    that one snapshot only; no file is deleted by Iceberg (:func:`_delete_own_files`).
+    ``expireOlderThan(0)``: Iceberg's default age (five days) expires nothing else."""
+    txn.expireSnapshots().expireSnapshotId(scratch.snapshotId()).expireOlderThan(0) \
+        .cleanExpiredFiles(False).commit()
+
+
+def _delete_own_files(jt: Any, scratch: Any) -> None:
+    """Delete the metadata files only the expired scratch snapshot named: its manifest
+    list and the manifests it wrote (the row delta lists its data files in manifests of
+    its own). The data files stay: the row delta holds them. Best effort: a file left
+    behind is an orphan, never a loss (``remove_orphan_files`` finds it)."""
+    fio = jt.io()
+    own = [m.path() for m in java_each(scratch.allManifests(fio))
+           if m.snapshotId() is not None and int(m.snapshotId()) == int(scratch.snapshotId())]
+    for path in [*own, scratch.manifestListLocation()]:
+        try:
+            fio.deleteFile(path)
+        except Exception as exc:  # noqa: BLE001  (an orphan file: logged, not fatal)
+            log.warning("could not delete %s of a dropped scratch branch: %s", path, exc)
 
 
 def _gone(located: pa.Table, ops: pa.Table, keys: list[str]) -> pa.Table:

@@ -3,16 +3,20 @@ exactly once across a crash anywhere around the commit, maintenance."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 from sqlalchemy import select
 
 from changeflow.apply import errorq
 from changeflow.apply.engine import apply_once, targets_of
+from changeflow.jvm import java_each
 from changeflow.queues.retention import purge
 from changeflow.sites import queue_site
 from changeflow.targets.maintenance import maintain
 from changeflow.targets.policy import MaintenancePolicy
 from changeflow.targets.read import read_table, snapshots
+from changeflow.targets.rowdelta import SCRATCH
 
 from .conftest import QUEUE, row, table_rows, vals
 
@@ -227,6 +231,21 @@ def test_a_pass_deletes_the_rows_it_located_by_position_in_one_snapshot(
     # four catalog commits (each writes the table's metadata anew): both branches, the
     # images' append, the row delta, and the publish that drops both branches
     assert jt.operations().current().previousFiles().size() - versions == 4
+    # the scratch append's snapshot went with its branch in the row delta's commit: the
+    # table keeps one snapshot per pass, and no metadata file only that snapshot named
+    kept = list(java_each(jt.snapshots()))
+    lineage, parent = [], snap.snapshotId()
+    while parent is not None:
+        lineage.append(parent)
+        parent = jt.snapshot(parent).parentId()
+    assert sorted(s.snapshotId() for s in kept) == sorted(lineage)  # every one on main
+    assert lineage[:2] == [snap.snapshotId(), before]
+    assert not any(dict(s.summary()).get(SCRATCH) for s in kept)
+    folder = Path(jt.location().removeprefix("file:")) / "metadata"
+    lists = {p.name for p in folder.glob("snap-*.avro")}
+    assert lists == {Path(s.manifestListLocation()).name for s in kept}
+    named = {Path(m.path()).name for s in kept for m in java_each(s.allManifests(jt.io()))}
+    assert {p.name for p in folder.glob("*.avro")} - lists == named
     # the history lists the pass once: the scratch append (off main) is left out
     listed = [s for s in snapshots(spark, targets, "hr.emp") if s["pass_id"] == summary[
         "changeflow.pass-id"]]

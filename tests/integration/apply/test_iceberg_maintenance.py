@@ -9,6 +9,7 @@ from typing import Any
 import pytest
 
 from changeflow.apply.engine import apply_once, targets_of
+from changeflow.jvm import java_each
 from changeflow.targets import rowdelta, tables
 from changeflow.targets.catalog import TargetTable
 from changeflow.targets.maintenance import maintain
@@ -417,3 +418,38 @@ def _files_of(spark: Any, ident: str) -> dict[str, int]:
     """A table's data files and their live rows."""
     return {r[0]: int(r[1]) for r in spark.sql(
         f"SELECT _file, count(*) FROM {ident} GROUP BY _file").collect()}
+
+
+def test_snapshots_past_the_age_are_expired_keeping_the_last_ones(
+        spark, make_cfg) -> None:  # type: ignore[no-untyped-def]
+    """``expire_snapshots`` runs once the oldest snapshot is past ``expire_after_hours``
+    and removes every one past it but the last ``retain_last``; younger ones stay, and
+    time travel reaches them."""
+    import time
+
+    targets = _table(spark, make_cfg)
+    for i in range(3):
+        _rows(spark, 4000 + i, 4001 + i, "old").writeTo(targets.ident(NAME)).append()
+    jt = targets.java_table(spark, NAME)
+    old = [s.snapshotId() for s in java_each(jt.snapshots())]
+    time.sleep(2)
+    for i in range(2):
+        _rows(spark, 5000 + i, 5001 + i, "new").writeTo(targets.ident(NAME)).append()
+    content = _content(spark, targets)
+    young = MaintenancePolicy(expire_after_hours=1, retain_last=1)
+    assert "expire_snapshots" not in maintain(spark, targets, NAME, young)
+    jt.refresh()
+    # the age that falls between the old snapshots and the new ones, as maintain runs
+    between = (jt.snapshot(old[-1]).timestampMillis() + 1000) / 1000
+    policy = MaintenancePolicy(expire_after_hours=(time.time() - between) / 3600,
+                               retain_last=1)
+    done = maintain(spark, targets, NAME, policy)
+    assert done["expire_snapshots"]["deleted_manifest_lists_count"] == len(old)
+    jt.refresh()
+    kept = [s.snapshotId() for s in java_each(jt.snapshots())]
+    assert len(kept) == 2 and not set(kept) & set(old)
+    assert _content(spark, targets) == content
+    assert spark.sql(f"SELECT count(*) FROM {targets.ident(NAME)} VERSION AS OF {kept[0]}"
+                     ).first()[0] == len(content) - 1
+    with pytest.raises(Exception, match="(?i)snapshot|version"):
+        spark.sql(f"SELECT * FROM {targets.ident(NAME)} VERSION AS OF {old[-1]}").collect()
