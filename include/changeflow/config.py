@@ -230,6 +230,30 @@ class PassLimits(_Model):
     max_bytes: int = Field(default=512 * 1024 * 1024, ge=1)
 
 
+class KeepRunning(_Model):
+    """An apply that keeps running (see ``docs/operations.md``): its Airflow DAG runs every
+    ``minutes``, and each DAG run's job applies every ``every`` seconds in one Spark
+    session (``--every``), starting no run in the last tenth of the period (at most a
+    minute), so it ends before the next DAG run."""
+
+    every: float = Field(gt=0, description="seconds from one run's start to the next's")
+    minutes: float = Field(default=60.0, gt=0, description="the DAG's period")
+
+    @property
+    def for_seconds(self) -> float:
+        """How long each DAG run's job starts runs (``--for``)."""
+        return round(self.minutes * 60 - min(60.0, self.minutes * 6), 3)
+
+    @model_validator(mode="after")
+    def _room(self) -> KeepRunning:
+        if self.every >= self.for_seconds:
+            raise ValueError(
+                f"every ({self.every:g} s) must be shorter than the {self.for_seconds:g} s "
+                f"a DAG run of {self.minutes:g} minutes starts runs for: raise minutes or "
+                "lower every")
+        return self
+
+
 class PropagationSpec(_Model):
     """A propagation from a source queue to a destination queue (``owner.name@site``)."""
 
@@ -261,6 +285,7 @@ class ApplySpec(_Model):
     errors: ErrorPolicy = ErrorPolicy()
     positions: PositionPolicy = PositionPolicy()
     iceberg: IcebergConfig = IcebergConfig()
+    keep_running: KeepRunning | None = None
 
 
 class QualityConfig(_Model):

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import datetime as dt
 import json
 import os
 import subprocess
@@ -47,7 +48,7 @@ def json_list(text: str) -> list[dict[str, object]]:
 
 
 def run(cmd: list[str], env: dict[str, str], cwd: Path) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(cmd, env=env, cwd=cwd, capture_output=True, text=True, timeout=900)
+    return subprocess.run(cmd, env=env, cwd=cwd, capture_output=True, text=True, timeout=600)
 
 
 def test_pipeline_dag_runs_end_to_end(tmp_path: Path) -> None:
@@ -128,3 +129,54 @@ def _readable_by_others(project: Path) -> None:
         expected = _source_rows(project, t)
         assert expected and by_pyiceberg[t] == expected, t
         assert by_spark[t] == expected, t
+
+
+def test_an_apply_dag_keeps_its_job_running_for_its_period(tmp_path: Path) -> None:
+    """``keep_running``: the apply's own DAG runs on its period, and its task is one job
+    that applies every ``every`` seconds in one Spark session until the period's end:
+    its first run applies what arrived before it started, the others find nothing new,
+    and the task ends green."""
+    from changeflow.airflow.dags import build_dags
+    from changeflow.airflow.render import pipeline_spec
+    from changeflow.config import load_config
+    from changeflow.demo.hr import generate
+
+    project = tmp_path / "project"
+    (project / "dags").mkdir(parents=True)
+    (project / "config").mkdir()
+    (project / "jobs").symlink_to(ROOT / "jobs")
+    text = PIPELINE.replace("work/", "../work/").replace(
+        "{name: ap, queue", "{name: ap, keep_running: {every: 2, minutes: 0.5}, queue")
+    (project / "config" / "p.yaml").write_text(text)
+    generate(str(project / "work" / "source"), rounds=2, employees=20, changes=9)
+    dags = build_dags(pipeline_spec(load_config(project / "config" / "p.yaml"), pipeline="t",
+                                    config_rel="config/p.yaml"), project)
+    kept = dags["changeflow_t__apply__ap"]
+    assert kept.timetable.delta == dt.timedelta(seconds=30)  # every half minute
+    assert kept.get_task("apply").application_args[-4:] == ["--every", "2", "--for", "27"]
+    assert dags["changeflow_t__pipeline"].get_task("apply__ap").application_args[-1] == "ap"
+    env = {**os.environ, "AIRFLOW_HOME": str(tmp_path / "airflow"),
+           "AIRFLOW__CORE__DAGS_FOLDER": str(project / "dags"),
+           "AIRFLOW__DATABASE__SQL_ALCHEMY_CONN": f"sqlite:///{tmp_path}/airflow/airflow.db",
+           "AIRFLOW__LOGGING__BASE_LOG_FOLDER": str(tmp_path / "airflow" / "logs")}
+    bin_dir = Path(sys.executable).parent
+    changeflow, airflow = str(bin_dir / "changeflow"), str(bin_dir / "airflow")
+    r = run([changeflow, "dags", "render", "--config", "config/p.yaml", "--pipeline", "t"],
+            env, project)
+    assert r.returncode == 0, r.stderr
+    assert run([airflow, "db", "migrate"], env, project).returncode == 0
+    r = run([airflow, "dags", "test", "changeflow_t__capture__cap"], env, project)
+    assert r.returncode == 0, (r.stdout + r.stderr)[-4000:]
+    # the propagation's own DAG runs windows of its schedule: its job, once, here
+    r = run([sys.executable, "jobs/propagation.py", "--config", "config/p.yaml", "--name",
+             "p12"], env, project)
+    assert r.returncode == 0, r.stderr[-4000:]
+    r = run([airflow, "dags", "test", "changeflow_t__apply__ap"], env, project)
+    out = r.stdout + r.stderr
+    assert r.returncode == 0, out[-4000:]
+    decoder = json.JSONDecoder()
+    ends = [decoder.raw_decode(x[x.index('{"kind"'):])[0] for x in out.splitlines()
+            if '"stopped"' in x and '{"kind"' in x]
+    assert ends and ends[-1]["stopped"] == "--for elapsed" and ends[-1]["exit"] == 0, out[-4000:]
+    assert ends[-1]["runs"] >= 3, ends  # one job, many runs
+    _readable_by_others(project)  # the targets equal the source's final state

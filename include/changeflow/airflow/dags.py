@@ -48,13 +48,14 @@ def _callbacks(spec: dict[str, Any], root: Path, component: str) -> dict[str, An
     return {"on_failure_callback": failed, "on_retry_callback": retry} if failed else {}
 
 
-def _task(kind: str, name: str, spec: dict[str, Any], root: Path, task_id: str) -> Any:
+def _task(kind: str, name: str, spec: dict[str, Any], root: Path, task_id: str,
+          args: tuple[str, ...] = ()) -> Any:
     from changeflow.airflow.operators import ChangeflowSparkSubmitOperator
 
     job = SparkJobSpec(
         kind=kind, name=name, config=str(root / spec["config"]), jobs_dir=str(root / "jobs"),
         jars_dir=str(jars_root() / "spark"),
-        conn_id=spec.get("conn_id", "spark_default"), conf=spec.get("spark", {}),
+        conn_id=spec.get("conn_id", "spark_default"), conf=spec.get("spark", {}), args=args,
     )
     extra: dict[str, Any] = {"retries": 0} if kind == "verify" else {}
     return ChangeflowSparkSubmitOperator(task_id=task_id, **operator_kwargs(job), **extra,
@@ -67,15 +68,21 @@ def component_dag(kind: str, name: str, spec: dict[str, Any], root: Path) -> Any
 
     dag_id = f"changeflow_{spec['pipeline']}__{kind}__{name}"
     sched = spec.get("schedules", {}).get(name) if kind == "propagation" else None
+    kept = spec.get("keep_running", {}).get(name) if kind == "apply" else None
+    schedule: Any = None
     if sched is not None:  # one run per propagation window (see changeflow.schedules)
         from changeflow.schedules import airflow_ops
+
+        schedule = airflow_ops.timetable_for(sched, config=str(root / spec["config"]),
+                                             propagation=name)
+    elif kept is not None:  # an apply that keeps running: one job per period
+        schedule = dt.timedelta(minutes=kept["minutes"])
     with DAG(
         dag_id=dag_id,
         description=f"changeflow {kind} {name} ({spec['config']})",
-        doc_md=_doc(kind, name, spec, sched),
+        doc_md=_doc(kind, name, spec, sched, kept),
         start_date=START,
-        schedule=airflow_ops.timetable_for(sched, config=str(root / spec["config"]),
-                                           propagation=name) if sched is not None else None,
+        schedule=schedule,
         catchup=False,
         max_active_runs=1,
         default_args=default_args(kind),
@@ -84,7 +91,8 @@ def component_dag(kind: str, name: str, spec: dict[str, Any], root: Path) -> Any
         if sched is not None:
             window_task(name, spec, root, **_callbacks(spec, root, name))
         else:
-            _task(kind, name, spec, root, task_id=kind)
+            _task(kind, name, spec, root, task_id=kind, args=() if kept is None else (
+                "--every", f"{kept['every']:g}", "--for", f"{kept['for']:g}"))
     return dag
 
 
@@ -106,7 +114,14 @@ def window_task(name: str, spec: dict[str, Any], root: Path, **callbacks: Any) -
                                      **operator_kwargs(job), **callbacks)
 
 
-def _doc(kind: str, name: str, spec: dict[str, Any], sched: dict[str, Any] | None) -> str:
+def _doc(kind: str, name: str, spec: dict[str, Any], sched: dict[str, Any] | None,
+         kept: dict[str, Any] | None = None) -> str:
+    if kept is not None:
+        return (f"Keeps the apply **{name}** of `{spec['config']}` running: a DAG run every "
+                f"{kept['minutes']:g} minutes, whose job applies every {kept['every']:g} s "
+                f"in one Spark session for {kept['for']:g} s (`--every`, `--for`; see "
+                "`docs/operations.md`). Pause the DAG to stop after this run; marking the task "
+                "failed kills the job (a pass it kills is redone by the next: exactly once).")
     if sched is None:
         return f"Runs the {kind} **{name}** of `{spec['config']}` once per run."
     return (f"Propagation **{name}** of `{spec['config']}`: one run per window of its "

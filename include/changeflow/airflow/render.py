@@ -47,6 +47,10 @@ def pipeline_spec(
         "schedules": {p.name: schedule_literal(p.schedule) for p in cfg.propagations},
         "alerts": alerts_literal(cfg),
         **({"upstream": up} if (up := upstream(cfg)) else {}),
+        **({"keep_running": kept} if (kept := {
+            a.name: {"every": a.keep_running.every, "minutes": a.keep_running.minutes,
+                     "for": a.keep_running.for_seconds}
+            for a in cfg.applies if a.keep_running is not None}) else {}),
     }
 
 

@@ -46,6 +46,8 @@ class SparkJobSpec:
         jars_dir: the folder of the jars every job gets (``jars/spark`` of the
             project, filled by ``make setup``); passed as a glob, which spark-submit
             expands, so building the spec reads no directory.
+        args: more arguments of the job (``--every``/``--for`` of an apply that keeps
+            running), after ``--config`` and ``--name``.
     """
 
     kind: str
@@ -56,6 +58,7 @@ class SparkJobSpec:
     conf: dict[str, str] = field(default_factory=dict)
     driver_memory: str = "2g"
     jars_dir: str | None = None
+    args: tuple[str, ...] = ()
 
 
 def application(spec: SparkJobSpec) -> str:
@@ -87,7 +90,7 @@ def operator_kwargs(spec: SparkJobSpec) -> dict[str, Any]:
             f"{cds_archive('submit', spec.jars_dir.rstrip('/'))} {CDS_FLAGS}")
     return {
         "application": application(spec),
-        "application_args": ["--config", spec.config, "--name", spec.name],
+        "application_args": ["--config", spec.config, "--name", spec.name, *spec.args],
         "conn_id": spec.conn_id,
         "name": f"changeflow-{spec.kind}-{spec.name}",
         "conf": conf,

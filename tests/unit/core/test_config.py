@@ -62,6 +62,13 @@ def test_env_default_is_used(tmp_path: Path) -> None:
         (("type: snapshot", "type: oracle"), "captures.0.source", ""),
         (("{name: a, queue", "{name: a, parallelism: 0, queue"), "applies.0.parallelism",
          "greater than or equal to 1"),
+        (("{name: a, queue", "{name: a, keep_running: {every: 60, minutes: 1}, queue"),
+         "applies.0.keep_running", "every (60 s) must be shorter than the 54 s a DAG run of 1"
+         " minutes starts runs for"),
+        (("{name: a, queue", "{name: a, keep_running: {every: 0}, queue"),
+         "applies.0.keep_running.every", "greater than 0"),
+        (("{name: a, queue", "{name: a, keep_running: {minutes: 5}, queue"),
+         "applies.0.keep_running.every", "required"),
     ],
 )
 def test_bad_config_names_file_and_key(
@@ -92,3 +99,20 @@ def test_malformed_yaml_is_refused(tmp_path: Path, text: str) -> None:
 def test_missing_file(tmp_path: Path) -> None:
     with pytest.raises(ConfigError, match="cannot read"):
         load_config(tmp_path / "absent.yaml")
+
+
+def test_an_apply_that_keeps_running_renders_its_period(tmp_path: Path) -> None:
+    """The rendered spec carries the period, the interval and how long each DAG run's
+    job starts runs (a tenth of the period, at most a minute, before its end)."""
+    from changeflow.airflow.render import pipeline_spec
+
+    text = GOOD.replace("{name: a, queue", "{name: a, keep_running: {every: 30}, queue")
+    cfg = load_config(write(tmp_path, text))
+    spec = pipeline_spec(cfg, pipeline="t", config_rel="pipeline.yaml")
+    assert spec["keep_running"] == {"a": {"every": 30.0, "minutes": 60.0, "for": 3540.0}}
+    short = load_config(write(tmp_path, GOOD.replace(
+        "{name: a, queue", "{name: a, keep_running: {every: 2, minutes: 0.5}, queue")))
+    assert pipeline_spec(short, pipeline="t", config_rel="p.yaml")["keep_running"]["a"][
+        "for"] == 27.0
+    assert "keep_running" not in pipeline_spec(load_config(write(tmp_path, GOOD)),
+                                               pipeline="t", config_rel="p.yaml")
