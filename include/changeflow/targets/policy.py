@@ -7,7 +7,7 @@
         iceberg:
           format_version: 2            # 3: deletion vectors instead of position deletes
           maintenance:
-            delete_ratio: 0.1          # rewrite the data files past 10% deleted rows ...
+            delete_ratio: 0.3          # rewrite the data files past 30% deleted rows ...
             files_per_bucket: 8        # ... and the small files past 8 files per bucket
             expire_after_hours: 168    # time travel reaches back a week
             retain_last: 20            # and at least 20 snapshots
@@ -21,12 +21,18 @@ from pydantic import BaseModel, ConfigDict, Field
 
 
 class MaintenancePolicy(BaseModel):
-    """When an apply maintains the tables it wrote (see :mod:`.maintenance`)."""
+    """When an apply maintains the tables it wrote (see :mod:`.maintenance`).
+
+    ``delete_ratio`` defaults to Iceberg's own ``delete-ratio-threshold`` (0.3): a Spark
+    scan of a table with 30% of its rows deleted took 1.22x the scan after the rewrite
+    (10%: 0.97x), while rewriting at 10% cost a tenth of a full rewrite per apply where
+    each apply changes 1% of the rows (docs/apply.md, *Maintenance*).
+    """
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
     enabled: bool = True
-    delete_ratio: float = Field(default=0.1, gt=0, le=1)
+    delete_ratio: float = Field(default=0.3, gt=0, le=1)
     files_per_bucket: int = Field(default=8, ge=1)
     expire_after_hours: float = Field(default=168.0, gt=0)
     retain_last: int = Field(default=20, ge=1)
