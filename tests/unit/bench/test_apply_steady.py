@@ -1,6 +1,10 @@
-"""The apply suite's warm figure: the median of the warm applies without maintenance."""
+"""The apply suite's figures: the warm apply (the median of the warm applies without
+maintenance) and the mean apply over a maintenance cycle."""
 
-from bench.apply_bench import EARLY, LATE, maintenance_per_apply, steady
+import pytest
+from bench.apply_bench import EARLY, cycle_figures, maintenance_cycle, maintenance_per_apply, steady
+
+LATE = range(19, 23)
 
 
 def _run(run: int, seconds: float, maintenance: float = 0.03, apply: str = "a") -> dict:
@@ -22,7 +26,7 @@ def test_the_warm_figure_is_the_applies_beside_the_peer() -> None:
         _run(LATE[0], 5.0), _run(LATE[1], 4.0, apply="nodetect"),  # another apply: out
         _run(LATE[1], 6.0), _run(LATE[2], 30.0, maintenance=20.0), _run(LATE[3], 5.5),
         _run(LATE[-1] + 1, 1.0)]  # the one-shot runs after: left out
-    assert steady(profile) == 5.5
+    assert steady(profile, LATE) == 5.5
 
 
 def test_maintenance_per_apply_counts_every_apply_of_the_run() -> None:
@@ -30,3 +34,50 @@ def test_maintenance_per_apply_counts_every_apply_of_the_run() -> None:
     profile[3]["steps"]["maintenance"] = 12.0
     profile[6]["steps"] = {}  # an apply that did not maintain at all
     assert maintenance_per_apply(profile) == 1.5
+
+
+def test_the_cycle_ends_with_the_apply_whose_maintenance_rewrote_the_deleted_rows() -> None:
+    applied: list[int] = []
+    counts = iter([0] + [k * 10 for k in range(1, 14)] + [0, 10, 20])  # falls at apply 16
+
+    assert maintenance_cycle(applied.append, lambda: next(counts)) == (16, 16, True)
+    assert applied == list(range(3, 17))
+    # a rewrite before apply 12 ends the cycle; applies 3-12 all run all the same
+    early = iter([0, 10, 20, 30, 0, 10, 20, 30, 40, 50, 60, 70, 80])
+    assert maintenance_cycle(lambda r: None, lambda: next(early)) == (12, 6, True)
+    flat = iter(range(100))
+    assert maintenance_cycle(lambda r: None, lambda: next(flat), cap=20) == (20, 20, False)
+
+
+def test_the_cycle_mean_counts_its_maintenance_and_reports_the_windows() -> None:
+    profile = [_run(1, 15.0), _run(2, 7.0)] + [_run(r, 5.0) for r in range(3, 15)] + [
+        _run(15, 25.0, maintenance=20.0), _run(16, 9.0, apply="nodetect"), _run(17, 1.0)]
+    mean, figures = cycle_figures(profile, {"end": 15, "rewritten": True,
+                                            "maintained_after": 30.0}, base=50.0)
+    assert mean == pytest.approx((12 * 5.0 + 25.0) / 13)  # applies 3-15, the rewrite in
+    assert figures["cycle_applies"] == 13 and figures["maintenance_after_seconds"] is None
+    assert figures["first_ten_seconds"] == 5.0 and figures["first_ten_ratio"] == 0.1
+    assert figures["worst_ten_seconds"] == 7.0 and figures["worst_ten"] == "applies 6-15"
+    # no apply rewrote the deleted rows: the full maintenance that followed counts
+    mean, figures = cycle_figures(profile, {"end": 14, "rewritten": False,
+                                            "maintained_after": 30.0}, base=50.0)
+    assert mean == pytest.approx((12 * 5.0 + 30.0) / 12)
+    assert figures["maintenance_after_seconds"] == 30.0
+
+
+def test_the_repeated_figure_is_judged_on_the_cycle_mean() -> None:
+    from bench.apply_bench import results
+
+    profile = ([_run(1, 15.0), _run(2, 7.0)] + [_run(r, 5.0) for r in range(3, 30)]
+               + [_run(30, 25.0, maintenance=20.0)]
+               + [_run(r, 4.0) for r in range(37, 41)])
+    merge = {"seconds": 5.0}
+    reads = {"spark_seconds": 2.0}
+    out = {e["name"]: e for e in results(
+        {}, [30.0, 28.0, 27.0], 15.0, 7.0, {"end": 30, "rewritten": True,
+                                            "maintained_after": 30.0}, range(37, 41),
+        [5.0], [4.5], merge, {"skipped": "no"}, reads, reads, profile)}
+    repeated = out["apply.repeated"]
+    assert repeated["value"] == pytest.approx((27 * 5.0 + 25.0) / 28, abs=1e-4)
+    assert repeated["ratio"] == pytest.approx(repeated["value"] / 27.0, abs=1e-3)
+    assert repeated["met"] is True and out["apply.changes"]["value"] == 4.0
