@@ -83,17 +83,17 @@ def due(summary: dict[str, str], buckets: int, policy: MaintenancePolicy,
     >>> due({"total-records": "1000", "total-position-deletes": "50",
     ...      "total-data-files": "16"}, 16, p) is None
     True
-    >>> due({"total-records": "1000", "total-position-deletes": "150",
+    >>> due({"total-records": "1000", "total-position-deletes": "350",
     ...      "total-data-files": "16"}, 16, p)
-    'deleted rows 150 of 1000 records (> 0.1)'
+    'deleted rows 350 of 1000 records (> 0.3)'
     >>> due({"total-records": "1000", "total-data-files": "200"}, 16, p)
     '200 data files (> 8 per bucket of 16)'
     >>> due({"total-records": "1000", "total-data-files": "200",
     ...      "total-files-size": str(100 * 2**29)}, 16, p) is None
     True
     >>> due({"total-records": "1000", "total-position-deletes": "20",
-    ...      "total-data-files": "16"}, 16, p, hot=0.25)
-    'a data file with 25% of its rows deleted (>= 0.1)'
+    ...      "total-data-files": "16"}, 16, p, hot=0.35)
+    'a data file with 35% of its rows deleted (>= 0.3)'
     """
     why = _for_deletes(summary, policy, hot)
     if why is not None:
@@ -125,13 +125,13 @@ def deferral(summary: dict[str, str], buckets: int, policy: MaintenancePolicy,
 
     >>> p = MaintenancePolicy(files_per_bucket=8)
     >>> s = {"total-records": "1000", "total-data-files": "144"}
-    >>> deferral(s, 16, p, hot=0.08, growth=0.01)
-    'deleted rows make a rewrite due within 2 applies (8% of a data file, 1.0% more an apply)'
-    >>> deferral(s, 16, p, hot=0.05, growth=0.01) is None  # five applies away
+    >>> deferral(s, 16, p, hot=0.28, growth=0.01)
+    'deleted rows make a rewrite due within 2 applies (28% of a data file, 1.0% more an apply)'
+    >>> deferral(s, 16, p, hot=0.25, growth=0.01) is None  # five applies away
     True
-    >>> deferral(s, 16, p, hot=0.08) is None  # no pace known
+    >>> deferral(s, 16, p, hot=0.28) is None  # no pace known
     True
-    >>> deferral({**s, "total-data-files": "300"}, 16, p, hot=0.09, growth=0.01) is None
+    >>> deferral({**s, "total-data-files": "300"}, 16, p, hot=0.29, growth=0.01) is None
     True
     """
     if growth is None or growth <= 0:
@@ -165,9 +165,9 @@ def delete_threshold(summary: dict[str, str], policy: MaintenancePolicy, hot: fl
 
     >>> p = MaintenancePolicy()
     >>> delete_threshold({"total-records": "1000", "total-data-files": "200"}, p)
-    0.1
-    >>> round(delete_threshold({"total-records": "1000"}, p, hot=0.12), 9)
-    0.08
+    0.3
+    >>> round(delete_threshold({"total-records": "1000"}, p, hot=0.32), 9)
+    0.24
     >>> delete_threshold({}, MaintenancePolicy(delete_ratio=1e-9), hot=0.5) > 0
     True
     """
@@ -188,8 +188,8 @@ def rewrite_plan(summary: dict[str, str], buckets: int, policy: MaintenancePolic
     >>> s = {"total-records": "1000", "total-data-files": "144"}
     >>> rewrite_plan(s, 16, p, hot=0.05, growth=lambda: 0.01)
     ('144 data files (> 8 per bucket of 16)', None)
-    >>> rewrite_plan(s, 16, p, hot=0.09, growth=lambda: 0.01)[1]
-    'deleted rows make a rewrite due within 1 apply (9% of a data file, 1.0% more an apply)'
+    >>> rewrite_plan(s, 16, p, hot=0.29, growth=lambda: 0.01)[1]
+    'deleted rows make a rewrite due within 1 apply (29% of a data file, 1.0% more an apply)'
     """
     why = due(summary, buckets, policy, target, hot)
     if why is None or _for_deletes(summary, policy, hot) is not None:
