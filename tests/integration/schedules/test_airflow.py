@@ -10,8 +10,10 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
+import sqlite3
 import subprocess
 import sys
 from pathlib import Path
@@ -44,9 +46,12 @@ def _run(env: dict[str, str], *args: str, ok: bool = True) -> subprocess.Complet
 
 
 def _paused(env: dict[str, str]) -> bool:
-    code = ("from changeflow.schedules.airflow_ops import is_paused; "
-            f"print(is_paused({DAG!r}))")
-    return _run(env, sys.executable, "-c", code).stdout.strip().splitlines()[-1] == "True"
+    """Whether Airflow's metadata database records the DAG as paused (``dag.is_paused``)."""
+    db = env["AIRFLOW__DATABASE__SQL_ALCHEMY_CONN"].removeprefix("sqlite:///")
+    with contextlib.closing(sqlite3.connect(db)) as conn:
+        row = conn.execute("SELECT is_paused FROM dag WHERE dag_id = ?", (DAG,)).fetchone()
+    assert row is not None, f"Airflow's database has no DAG {DAG}"
+    return bool(row[0])
 
 
 def test_enable_disable_change_both_or_neither(pipeline: PipelineConfig, tmp_path: Path) -> None:
