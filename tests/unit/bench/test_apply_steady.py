@@ -63,6 +63,13 @@ def test_the_cycle_mean_counts_its_maintenance_and_reports_the_windows() -> None
                                             "maintained_after": 30.0}, base=50.0)
     assert mean == pytest.approx((12 * 5.0 + 30.0) / 12)
     assert figures["maintenance_after_seconds"] == 30.0
+    # a cycle that ends before apply 12: the first ten are still applies 3-12
+    early = [_run(1, 15.0), _run(2, 7.0)] + [_run(r, 5.0) for r in range(3, 8)] + [
+        _run(8, 25.0, maintenance=20.0)] + [_run(r, 3.0) for r in range(9, 13)]
+    mean, figures = cycle_figures(early, {"end": 8, "rewritten": True,
+                                          "maintained_after": 30.0}, base=50.0)
+    assert mean == pytest.approx((5 * 5.0 + 25.0) / 6) and figures["cycle_applies"] == 6
+    assert figures["first_ten_seconds"] == pytest.approx((5 * 5.0 + 25.0 + 4 * 3.0) / 10)
 
 
 def test_the_repeated_figure_is_judged_on_the_cycle_mean() -> None:
