@@ -32,6 +32,11 @@ the changes: only the files that need it are rewritten.
   last applies' pace makes the rewrite of deleted rows due within :data:`SOON` applies
   (:func:`deferral`): that rewrite merges them too, and whatever the merge wrote now it
   would write again (an operator's ``changeflow targets maintain`` does not wait).
+* ``rewrite_data_files`` of a group of buckets, where the policy spreads the rewrite of
+  deleted rows (``spread``, the default) and the changes spread over the table: a
+  group of buckets at a time, each group in its turn, evenly spaced over the applies
+  (:mod:`.spread`, :func:`_spread`), so that no apply pays for the whole table; a
+  merge of small files does not wait for it.
 * ``rewrite_position_delete_files`` (format version 2) when there are more delete
   files than data files: some data file has several (an apply keeps one per data file,
   :mod:`.rowdelta`; tables written with partition-scoped deletes do not), and they are
@@ -45,14 +50,16 @@ from __future__ import annotations
 
 import datetime as dt
 import logging
+import math
 import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from changeflow.jvm import java_dict
 from changeflow.targets.catalog import IcebergTargets
-from changeflow.targets.plans import HOTTEST, hottest_growth, planned_hottest
+from changeflow.targets.plans import HOTTEST, bucket_shares, hottest_growth, planned_hottest
 from changeflow.targets.policy import MaintenancePolicy
+from changeflow.targets.spread import due_buckets, rewrite_data_files
 from changeflow.targets.tables import q
 
 if TYPE_CHECKING:
@@ -238,8 +245,15 @@ def maintain(spark: SparkSession, targets: IcebergTargets, table: str,
     proc, ident = f"{q(targets.name)}.system", targets.ident(table)
     v2 = int(jt.operations().current().formatVersion()) == 2
     hot = hottest_now(spark, jt, snap, policy)
+    spreading = False
+    if defer:  # an operator's explicit run rewrites whatever is due, at once
+        spreading, hot = _spread(spark, jt, header, policy, summary, hot, target, done)
+        if "rewrite_data_files_spread" in done:
+            jt.refresh()
+            summary = java_dict(jt.currentSnapshot().summary())
     why, wait = rewrite_plan(summary, header.buckets, policy, target, hot, (
-        lambda: hottest_growth(spark, jt, int(snap.snapshotId())) if defer else None))
+        lambda: hottest_growth(spark, jt, int(jt.currentSnapshot().snapshotId()))
+        if defer and not spreading else None))
     if wait is not None:
         done["deferred"] = {"why": why, "waits": wait}
         log.info("table %s: the merge of small files (%s) waits: %s", table, why, wait)
@@ -247,11 +261,13 @@ def maintain(spark: SparkSession, targets: IcebergTargets, table: str,
     if why is not None:
         small = small_file_bytes(summary, header.buckets, policy, target)
         ratio = delete_threshold(summary, policy, hot)
-        done["rewrite_data_files"] = _call(spark, why, (
-            f"CALL {proc}.rewrite_data_files(table => '{ident}', options => map("
-            f"'min-file-size-bytes', '{small}', 'min-input-files', '2', "
-            f"'delete-ratio-threshold', '{ratio!r}', "
-            "'remove-dangling-deletes', 'true'))"), delete_ratio_threshold=ratio)
+        # below the threshold no large file is rewritten: the largest share stays
+        carried = {HOTTEST: str(round(hot, 6))} if hot < ratio else None
+        done["rewrite_data_files"] = {"why": why, "delete_ratio_threshold": ratio,
+                                      **rewrite_data_files(spark, jt, {
+            "min-file-size-bytes": str(small), "min-input-files": "2",
+            "delete-ratio-threshold": repr(ratio), "remove-dangling-deletes": "true"},
+            properties=carried)}
         log.info("table %s: rewrote data files (%s): %s", table, why,
                  done["rewrite_data_files"])
         jt.refresh()
@@ -274,6 +290,44 @@ def maintain(spark: SparkSession, targets: IcebergTargets, table: str,
                         f"retain_last => {policy.retain_last})").first()
         done["expire_snapshots"] = row.asDict() if row is not None else {}
     return done
+
+
+def _spread(spark: SparkSession, jt: Any, header: Any, policy: MaintenancePolicy,
+            summary: dict[str, str], hot: float, target: int, done: dict[str, Any]
+            ) -> tuple[bool, float]:
+    """Rewrite the buckets whose turn it is (:mod:`.spread`), when the rewrite of deleted
+    rows is spread: whether it is (the pace known, the table of more buckets than a
+    group, the largest share past the earliest group's start) and the largest share
+    left after it (``hot`` where nothing was rewritten). The rewrite records that share
+    (:data:`HOTTEST`) for the next row delta and the pace."""
+    group = max(1, int(spark.sparkContext.defaultParallelism))
+    if not policy.spread or header.buckets <= group \
+            or hot < policy.delete_ratio / math.ceil(header.buckets / group):
+        return False, hot
+    snap = int(jt.currentSnapshot().snapshotId())
+    pace = hottest_growth(spark, jt, snap)
+    if pace is None or pace <= 0:
+        return False, hot
+    records, _, files = _counts(summary)
+    # half the average: a bucket's large files, of unequal sizes (the hash's), all count
+    shares = bucket_shares(spark, jt, snap, records / max(files, 1) / 2)
+    chosen = due_buckets(shares, policy.delete_ratio, pace, group)
+    if not chosen:
+        return True, hot
+    rest = max((v for b, v in shares.items() if b not in chosen), default=0.0)
+    ratio = max(min(shares[b] for b in chosen) * NEAR, 1e-6)
+    why = (f"buckets {', '.join(map(str, chosen))} of {header.buckets} due in turn "
+           f"({max(shares[b] for b in chosen):.0%} of a data file deleted, "
+           f"{pace:.1%} more an apply)")
+    done["rewrite_data_files_spread"] = {"why": why, "delete_ratio_threshold": ratio,
+                                         **rewrite_data_files(spark, jt, {
+        "min-file-size-bytes": str(small_file_bytes(summary, header.buckets, policy, target)),
+        "min-input-files": "1", "delete-ratio-threshold": repr(ratio),
+        "remove-dangling-deletes": "true"}, key=header.key_columns[0],
+        buckets=header.buckets, only=chosen, properties={HOTTEST: str(round(rest, 6))})}
+    log.info("table %s: rewrote data files (%s): %s", header.name, why,
+             done["rewrite_data_files_spread"])
+    return True, rest
 
 
 def hottest_now(spark: SparkSession, jt: Any, snap: Any, policy: MaintenancePolicy) -> float:

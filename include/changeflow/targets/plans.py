@@ -123,25 +123,52 @@ def planned_hottest(spark: SparkSession, jt: Any, snapshot: int, average: float)
     that name one data file (position deletes scoped to a whole partition are not
     counted). A look at every data file's metadata, for a snapshot no row delta wrote
     (:data:`HOTTEST` records it for those)."""
+    return max((share for _, share in _file_shares(spark, jt, snapshot, average)),
+               default=0.0)
+
+
+def bucket_shares(spark: SparkSession, jt: Any, snapshot: int, average: float
+                  ) -> dict[int, float]:
+    """Per bucket of the table's partition spec (``bucket(N, key)``), the largest share
+    of a data file's rows deleted at ``snapshot``, among the files of at least
+    ``average`` rows (:func:`planned_hottest`'s plan, kept per bucket; a bucket whose
+    files are all smaller is 0.0). Files of an earlier partition spec are left out."""
+    out: dict[int, float] = {}
+    for bucket, share in _file_shares(spark, jt, snapshot, average, buckets=True):
+        if bucket is not None:
+            out[bucket] = max(out.get(bucket, 0.0), share)
+    return out
+
+
+def _file_shares(spark: SparkSession, jt: Any, snapshot: int, average: float, *,
+                 buckets: bool = False) -> Iterator[tuple[int | None, float]]:
+    """Each data file's share of rows deleted at ``snapshot`` (files of fewer than
+    ``average`` rows: 0.0), with its bucket when asked (None for another spec's files)."""
     jvm = spark.sparkContext._jvm  # noqa: SLF001
     assert jvm is not None
     named = jvm.org.apache.iceberg.util.ContentFileUtil.referencedDataFileLocation
-    ratio = 0.0
+    spec = jt.spec()
+    spec_id = int(spec.specId())
     tasks = jt.newScan().useSnapshot(snapshot).planFiles()
     try:
         for task in java_each(tasks):
             f = task.file()
+            bucket = None
+            if buckets and int(f.specId()) == spec_id:
+                # "id_bucket=3": one call, whatever the key column's name
+                tail = str(spec.partitionToPath(f.partition())).rsplit("=", 1)[-1]
+                bucket = int(tail) if tail.isdigit() else None
             records = int(f.recordCount())
             if not records or records < average:
+                yield bucket, 0.0
                 continue
             loc = str(f.location())
             # the one data file a delete file names: its field, or equal path bounds
             n = sum(int(d.recordCount()) for d in java_each(task.deletes())
                     if str(d.content()) == "POSITION_DELETES" and named(d) == loc)
-            ratio = max(ratio, min(n / records, 1.0))
+            yield bucket, min(n / records, 1.0)
     finally:
         tasks.close()
-    return ratio
 
 
 def older_than(spark: SparkSession, jt: Any, snapshot: int, scn: int) -> bool:

@@ -8,6 +8,7 @@
           format_version: 2            # 3: deletion vectors instead of position deletes
           maintenance:
             delete_ratio: 0.3          # rewrite the data files past 30% deleted rows ...
+            spread: true               # ... a few buckets at a time, in turn ...
             files_per_bucket: 8        # ... and the small files past 8 files per bucket
             expire_after_hours: 168    # time travel reaches back a week
             retain_last: 20            # and at least 20 snapshots
@@ -32,6 +33,8 @@ class MaintenancePolicy(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
     enabled: bool = True
+    #: rewrite deleted rows a group of buckets at a time, each in its turn (:mod:`.spread`)
+    spread: bool = True
     delete_ratio: float = Field(default=0.3, gt=0, le=1)
     files_per_bucket: int = Field(default=8, ge=1)
     expire_after_hours: float = Field(default=168.0, gt=0)
