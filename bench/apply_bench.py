@@ -25,10 +25,12 @@ second apply are kept beside it.
   one after the peers). Target <= 0.2.
 * ``apply.repeated``: the mean apply over a whole maintenance cycle, maintenance
   (Iceberg's ``rewrite_data_files`` when due) included, over the same rewrite: applies
-  3 to the one whose maintenance rewrote the deleted rows (at most :data:`CYCLE_CAP`;
-  where none did, the full maintenance that follows is counted in). Beside it, the mean
-  of applies 3-12 (the first 10 in a row after the warm-up) and of the worst 10 in a row
-  of the cycle (the rewrite among them). Target <= 0.25.
+  3 to the one whose maintenance rewrote the last of the data files the table had
+  before apply 3 (its rewrite of deleted rows: the whole table's at once, or the last
+  group of buckets' where it is spread; at most :data:`CYCLE_CAP`; where it did not
+  come, the full maintenance that follows is counted in). Beside it, the mean of
+  applies 3-12 (the first 10 in a row after the warm-up) and of the worst 10 in a row
+  of the cycle. Target <= 0.25.
 * ``apply.vs_merge_into``: the warm apply over Iceberg's own ``MERGE INTO`` of as many
   row images (read from Parquet) into a table of the same rows and properties
   (``write.merge.mode=merge-on-read``), on the same Spark, warm (the median of the
@@ -46,9 +48,10 @@ second apply are kept beside it.
   spark-submit task does) over a fresh process that starts a session and runs the
   ``MERGE INTO`` of as many images; alternating, medians of two (reported).
 * ``apply.read_after_applies``: a full scan (Spark ``count``/``sum``) of the snapshot
-  with the most position deletes of the maintenance cycle (time travel: the last before
-  the table's rewrite of deleted rows, the most deletes a reader meets under the
-  default policy), over the same scan after Iceberg's maintenance (reported), and
+  with the most position deletes of the maintenance cycle (time travel: the most
+  deletes a reader meets under the default policy; before a whole table's rewrite of
+  deleted rows where it is not spread), over the same scan after Iceberg's maintenance
+  (reported), and
   DuckDB aggregating the table read by PyIceberg into Arrow, both states (reported).
 * ``apply.tables_side_by_side``: passes of eight small tables with the tables side by
   side (the default ``parallelism``) over one after the other (:mod:`bench.apply_tables`,
@@ -278,9 +281,11 @@ def run(spark: SparkSession, size: str = "small") -> list[dict[str, Any]]:
         rewrites = [rewrite(spark, targets, TABLE) for _ in range(3)]
         apply = Applier(spark, cfg, n_rows, n_changes)
         cold, warm = apply(1), apply(2)
-        last, end, rewritten = maintenance_cycle(apply, lambda: position_deletes(spark, targets))
+        start = data_files(spark, targets)
+        last, end, rewritten = maintenance_cycle(
+            apply, lambda: len(start & data_files(spark, targets)))
         # merge-on-read's read cost where it is largest: the snapshot of the most deleted
-        # rows, before the table's rewrite of them (time travel; the counts are recorded)
+        # rows (time travel; the counts are recorded)
         worst, n_applies = peers.most_deleted(spark, targets, TABLE)
         reads = peers.reads(spark, targets, TABLE, maintained=False, snapshot=worst,
                             state=f"after {n_applies} applies, before the table's rewrite")
@@ -331,31 +336,32 @@ def one_shot_entry(jobs: dict[str, Any]) -> dict[str, Any]:
                      "detection on; median of two"})
 
 
-def position_deletes(spark: SparkSession, targets: Any) -> int:
-    """The position deletes of the benchmark table's current snapshot."""
-    snap = targets.java_table(spark, TABLE).currentSnapshot()
-    return int(snap.summary().get("total-position-deletes") or 0)
+def data_files(spark: SparkSession, targets: Any) -> set[str]:
+    """The data files of the benchmark table's current snapshot."""
+    rows = spark.sql(f"SELECT file_path FROM {targets.ident(TABLE)}.data_files").collect()
+    return {r[0] for r in rows}
 
 
-def maintenance_cycle(apply: Any, deletes: Any, cap: int = CYCLE_CAP) -> tuple[int, int, bool]:
-    """Applies 3, 4, ... until one's maintenance rewrote the deleted rows (the table's
-    position deletes fell) and applies 3-12 have run, at most to ``cap``: the last apply
-    run, the cycle's last (the rewriting one, or ``cap``), and whether one rewrote."""
-    before, end = deletes(), 0
+def maintenance_cycle(apply: Any, remaining: Any, cap: int = CYCLE_CAP
+                      ) -> tuple[int, int, bool]:
+    """Applies 3, 4, ... until one's maintenance has rewritten the last of the data files
+    the table had before apply 3 (``remaining()``, asked after each apply, is how many
+    it still has) and applies 3-12 have run, at most to ``cap``: the last apply run, the
+    cycle's last (that one, or ``cap``), and whether it came."""
+    end = 0
     for r in range(3, cap + 1):
         apply(r)
-        now = deletes()
-        end = end or (r if now < before else 0)
+        end = end or (r if remaining() == 0 else 0)
         if end and r >= EARLY[-1]:
             return r, end, True
-        before = now
     return cap, end or cap, bool(end)
 
 
 def cycle_figures(profile: list[dict[str, Any]], cycle: dict[str, Any],
                   base: float) -> tuple[float, dict[str, Any]]:
     """The mean apply over the maintenance cycle (applies 3 to ``cycle["end"]``, with the
-    full maintenance that followed when no apply's maintenance rewrote the deleted rows),
+    full maintenance that followed when no apply's maintenance rewrote the table's data
+    files),
     and its figures: the mean of applies 3-12 and of the worst 10 in a row."""
     runs = [p for p in profile if p["apply"] == "a" and 3 <= p["run"] <= cycle["end"]]
     seconds = [p["seconds"] for p in runs]
@@ -377,7 +383,8 @@ def cycle_figures(profile: list[dict[str, Any]], cycle: dict[str, Any],
         "maintenance_per_apply_over_run": maintenance_per_apply(profile),
         "applies_in_run": len(profile),
         "note": ("mean apply over a maintenance cycle (applies 3 to the one whose "
-                 "maintenance rewrote the deleted rows), maintenance included")}
+                 "maintenance rewrote the last data file the table had before apply 3), "
+                 "maintenance included")}
 
 
 def steady(profile: list[dict[str, Any]], runs: range) -> float:

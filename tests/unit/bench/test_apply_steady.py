@@ -36,16 +36,16 @@ def test_maintenance_per_apply_counts_every_apply_of_the_run() -> None:
     assert maintenance_per_apply(profile) == 1.5
 
 
-def test_the_cycle_ends_with_the_apply_whose_maintenance_rewrote_the_deleted_rows() -> None:
+def test_the_cycle_ends_with_the_apply_whose_maintenance_rewrote_the_last_data_file() -> None:
     applied: list[int] = []
-    counts = iter([0] + [k * 10 for k in range(1, 14)] + [0, 10, 20])  # falls at apply 16
+    left = iter([16, 16, 12, 12, 12, 12, 12, 8, 8, 8, 8, 8, 4, 0, 0])  # none at apply 16
 
-    assert maintenance_cycle(applied.append, lambda: next(counts)) == (16, 16, True)
+    assert maintenance_cycle(applied.append, lambda: next(left)) == (16, 16, True)
     assert applied == list(range(3, 17))
     # a rewrite before apply 12 ends the cycle; applies 3-12 all run all the same
-    early = iter([0, 10, 20, 30, 0, 10, 20, 30, 40, 50, 60, 70, 80])
+    early = iter([12, 8, 4, 0, 0, 0, 0, 0, 0, 0, 0])  # the table's rewrite at apply 6
     assert maintenance_cycle(lambda r: None, lambda: next(early)) == (12, 6, True)
-    flat = iter(range(100))
+    flat = iter([16] * 30)
     assert maintenance_cycle(lambda r: None, lambda: next(flat), cap=20) == (20, 20, False)
 
 
