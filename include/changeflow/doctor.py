@@ -25,6 +25,7 @@ from urllib.parse import urlparse
 
 from changeflow.config import PipelineConfig, Site
 from changeflow.errors import ChangeflowError, is_transient
+from changeflow.jvm import default_master
 
 
 @dataclass
@@ -152,7 +153,7 @@ def spark_master_of(explicit: str | None = None) -> str:
         except ValueError:
             parsed = urlparse(conn)
             return parsed.hostname or conn
-    return os.environ.get("CHANGEFLOW_SPARK_MASTER", "local[2]")
+    return default_master()
 
 
 def _connect(host: str, port: int, timeout: float = 5.0) -> float:

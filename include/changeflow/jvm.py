@@ -64,6 +64,29 @@ def spark_jars_csv(*, local: bool = False) -> str:
     return ",".join(f"local:{p}" if local else p for p in jars("spark"))
 
 
+def default_master() -> str:
+    """The Spark master of a session no one gave one (``CHANGEFLOW_SPARK_MASTER``, else
+    two local cores)."""
+    return os.environ.get("CHANGEFLOW_SPARK_MASTER", "local[2]")
+
+
+def local_cores(master: str) -> int | None:
+    """The cores a local master runs tasks on (``local[*]``: this machine's); None for a
+    cluster's master.
+
+    >>> [local_cores(m) for m in ("local[2]", "local[3,4]", "local", "spark://h:7077")]
+    [2, 3, 1, None]
+    """
+    if master == "local":
+        return 1
+    if not master.startswith("local["):
+        return None
+    n = master[len("local["):].split(",")[0].rstrip("]")
+    if n == "*":
+        return os.cpu_count() or 1
+    return int(n) if n.isdigit() else None
+
+
 def is_local_master(master: str) -> bool:
     """Whether a Spark master runs everything in this JVM.
 

@@ -17,6 +17,7 @@ from changeflow.jvm import (
     JIT_OPTIONS,
     SESSION_CONF,
     cds_options,
+    default_master,
     is_local_master,
     spark_jars_csv,
 )
@@ -51,7 +52,7 @@ def get_session(app_name: str = "changeflow", *, master: str | None = None,
     # filled (a job's own properties, the pipeline's `spark` map, stay as given).
     given = _conf()
     if master or not os.environ.get("SPARK_ENV_LOADED") and "spark.master" not in given:
-        chosen = master or os.environ.get("CHANGEFLOW_SPARK_MASTER", "local[2]")
+        chosen = master or default_master()
         builder = builder.master(chosen)
     for key, value in {**SESSION_CONF, "spark.driver.memory": memory,
                        "spark.sql.shuffle.partitions":

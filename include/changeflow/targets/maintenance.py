@@ -50,7 +50,6 @@ from __future__ import annotations
 
 import datetime as dt
 import logging
-import math
 import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
@@ -59,7 +58,7 @@ from changeflow.jvm import java_dict
 from changeflow.targets.catalog import IcebergTargets
 from changeflow.targets.plans import HOTTEST, bucket_shares, hottest_growth, planned_hottest
 from changeflow.targets.policy import MaintenancePolicy
-from changeflow.targets.spread import due_buckets, rewrite_data_files
+from changeflow.targets.spread import GROUP, due_buckets, rewrite_data_files, spreads, turn
 from changeflow.targets.tables import q
 
 if TYPE_CHECKING:
@@ -301,8 +300,7 @@ def _spread(spark: SparkSession, jt: Any, header: Any, policy: MaintenancePolicy
     left after it (``hot`` where nothing was rewritten). The rewrite records that share
     (:data:`HOTTEST`) for the next row delta and the pace."""
     group = max(1, int(spark.sparkContext.defaultParallelism))
-    if not policy.spread or header.buckets <= group \
-            or hot < policy.delete_ratio / math.ceil(header.buckets / group):
+    if not policy.spread or not spreads(header.buckets, group, hot, policy.delete_ratio):
         return False, hot
     snap = int(jt.currentSnapshot().snapshotId())
     pace = hottest_growth(spark, jt, snap)
@@ -316,15 +314,14 @@ def _spread(spark: SparkSession, jt: Any, header: Any, policy: MaintenancePolicy
         return True, hot
     rest = max((v for b, v in shares.items() if b not in chosen), default=0.0)
     ratio = max(min(shares[b] for b in chosen) * NEAR, 1e-6)
-    why = (f"buckets {', '.join(map(str, chosen))} of {header.buckets} due in turn "
-           f"({max(shares[b] for b in chosen):.0%} of a data file deleted, "
-           f"{pace:.1%} more an apply)")
+    why = turn(chosen, shares, header.buckets, pace)
     done["rewrite_data_files_spread"] = {"why": why, "delete_ratio_threshold": ratio,
                                          **rewrite_data_files(spark, jt, {
         "min-file-size-bytes": str(small_file_bytes(summary, header.buckets, policy, target)),
         "min-input-files": "1", "delete-ratio-threshold": repr(ratio),
         "remove-dangling-deletes": "true"}, key=header.key_columns[0],
-        buckets=header.buckets, only=chosen, properties={HOTTEST: str(round(rest, 6))})}
+        buckets=header.buckets, only=chosen,
+        properties={HOTTEST: str(round(rest, 6)), GROUP: str(group)})}
     log.info("table %s: rewrote data files (%s): %s", header.name, why,
              done["rewrite_data_files_spread"])
     return True, rest

@@ -31,6 +31,22 @@ if TYPE_CHECKING:
 _EPS = 1e-9
 
 
+#: the snapshot property of a spread rewrite's group size (the cluster's cores then): what
+#: an operator's view (no Spark, :mod:`changeflow.views.targets`) takes for a group
+GROUP = "changeflow.spread-group"
+
+
+def spreads(buckets: int, group: int, hot: float, ratio: float) -> bool:
+    """Whether the rewrite of deleted rows is spread over the applies now: the table has
+    more buckets than a group, and the largest share of a data file's rows deleted
+    (``hot``) has passed the earliest group's start (the ratio over the groups).
+
+    >>> spreads(16, 2, 0.04, 0.3), spreads(16, 2, 0.03, 0.3), spreads(2, 2, 0.5, 0.3)
+    (True, False, False)
+    """
+    return buckets > group and hot >= ratio / math.ceil(buckets / group)
+
+
 def due_buckets(shares: Mapping[int, float], ratio: float, pace: float | None,
                 group: int) -> list[int]:
     """The buckets to rewrite now (sorted; empty: none), from each bucket's largest share
@@ -41,9 +57,10 @@ def due_buckets(shares: Mapping[int, float], ratio: float, pace: float | None,
     urgent first, in groups, the j-th group (from 0) is due now when it reaches the
     ratio within ``j`` spacings, the spacing being the applies a bucket takes from 0 to
     the ratio divided by the number of groups: the groups are then rewritten evenly
-    spaced, each at the ratio. The most urgent group is rewritten, with every bucket at
-    or past the ratio. Nothing is spread where the pace is unknown or the table has no
-    more buckets than a group (the whole table is then one rewrite).
+    spaced, each at the ratio (:func:`applies_to_turn`). The most urgent group is
+    rewritten, with every bucket at or past the ratio. Nothing is spread where the pace
+    is unknown or the table has no more buckets than a group (the whole table is then
+    one rewrite).
 
     >>> even = {b: 0.2 for b in range(16)}       # 16 buckets, all at 20% deleted
     >>> due_buckets(even, 0.3, 0.01, 2)          # 8 groups, spaced 3.75 applies
@@ -60,16 +77,52 @@ def due_buckets(shares: Mapping[int, float], ratio: float, pace: float | None,
     >>> due_buckets(even, 0.3, None, 2), due_buckets({0: 0.5, 1: 0.5}, 0.3, 0.01, 2)
     ([], [])
     """
-    if pace is None or pace <= 0 or group < 1 or len(shares) <= group:
+    wait = applies_to_turn(shares, ratio, pace, group)
+    if wait is None or wait > _EPS:
         return []
+    assert pace is not None
+    overdue = {b for b, share in shares.items() if (ratio - share) / pace <= _EPS}
+    return sorted(set(next_group(shares, group)) | overdue)
+
+
+def applies_to_turn(shares: Mapping[int, float], ratio: float, pace: float | None,
+                    group: int) -> float | None:
+    """How many applies from now the next group's turn comes (0.0: now, see
+    :func:`due_buckets`), at the applies' ``pace``; None where nothing is spread.
+
+    >>> steady = {b: 0.3 - b // 2 * 0.0375 for b in range(16)}
+    >>> round(applies_to_turn({b: s - 0.025 for b, s in steady.items()}, 0.3, 0.01, 2), 6)
+    2.5
+    >>> applies_to_turn(steady, 0.3, 0.01, 2), applies_to_turn(steady, 0.3, 0.0, 2)
+    (0.0, None)
+    """
+    if pace is None or pace <= 0 or group < 1 or len(shares) <= group:
+        return None
     order = sorted(shares, key=lambda b: (-shares[b], b))
-    until = [(ratio - shares[b]) / pace for b in order]
     groups = math.ceil(len(order) / group)
     spacing = ratio / pace / groups
-    if not any(until[j * group] <= j * spacing + _EPS for j in range(groups)):
-        return []
-    overdue = {b for b, t in zip(order, until, strict=True) if t <= _EPS}
-    return sorted(set(order[:group]) | overdue)
+    return max(0.0, min((ratio - shares[order[j * group]]) / pace - j * spacing
+                        for j in range(groups)))
+
+
+def next_group(shares: Mapping[int, float], group: int) -> list[int]:
+    """The most urgent group: the ``group`` buckets of the largest shares (sorted).
+
+    >>> next_group({0: 0.1, 1: 0.25, 2: 0.2, 3: 0.25}, 2)
+    [1, 3]
+    """
+    return sorted(sorted(shares, key=lambda b: (-shares[b], b))[:group])
+
+
+def turn(chosen: list[int], shares: Mapping[int, float], buckets: int, pace: float) -> str:
+    """Why the buckets ``chosen`` are rewritten (maintenance's log and operators' view).
+
+    >>> turn([1, 3], {0: 0.1, 1: 0.25, 2: 0.2, 3: 0.26}, 4, 0.01)
+    'buckets 1, 3 of 4 due in turn (26% of a data file deleted, 1.0% more an apply)'
+    """
+    return (f"buckets {', '.join(map(str, chosen))} of {buckets} due in turn "
+            f"({max(shares[b] for b in chosen):.0%} of a data file deleted, "
+            f"{pace:.1%} more an apply)")
 
 
 def rewrite_data_files(spark: SparkSession, jt: Any, options: Mapping[str, str], *,

@@ -9,16 +9,26 @@ the pass id (:mod:`changeflow.targets.commit`).
 from __future__ import annotations
 
 import datetime as dt
+import math
 from collections.abc import Iterator
 from typing import Any
 
 from changeflow.config import ApplySpec, PipelineConfig
+from changeflow.jvm import default_master, local_cores
 from changeflow.sites import queue_site
 from changeflow.targets.catalog import IcebergTargets, rows_of
 from changeflow.targets.maintenance import TARGET_FILE_SIZE, hottest_at, rewrite_plan
 from changeflow.targets.plans import hottest_of, recorded_growth
 from changeflow.targets.policy import MaintenancePolicy
 from changeflow.targets.read import pyiceberg_catalog
+from changeflow.targets.spread import (
+    GROUP,
+    applies_to_turn,
+    due_buckets,
+    next_group,
+    spreads,
+    turn,
+)
 from changeflow.views.common import check_component
 
 TABLE_COLUMNS = (
@@ -66,10 +76,12 @@ def _chain(table: Any) -> Iterator[tuple[str, dict[str, str]]]:
 
 
 def _maintenance(table: Any, policy: MaintenancePolicy, hot: float) -> str:
-    """What an apply's maintenance would do to the table's data files now
-    (:func:`changeflow.targets.maintenance.rewrite_plan`): ``due: <why>``, ``waits:
-    <why>`` (a merge of small files waiting for a rewrite of deleted rows due soon),
-    ``nothing due``, or ``off``."""
+    """What an apply's maintenance would do to the table's data files now: the rewrite of
+    a group of buckets whose turn it is (:func:`_turn`, where the rewrite is spread),
+    then the whole table's rules (:func:`changeflow.targets.maintenance.rewrite_plan`):
+    ``due: <why>`` (each that is due, joined by ``; ``), ``waits: <why>`` (a merge of
+    small files waiting for a rewrite of deleted rows due soon), ``nothing due`` (with
+    the next group's turn, where the rewrite is spread), or ``off``."""
     cur = table.metadata.current_snapshot()
     if not policy.enabled:
         return "off"
@@ -78,11 +90,54 @@ def _maintenance(table: Any, policy: MaintenancePolicy, hot: float) -> str:
     buckets = max([getattr(f.transform, "num_buckets", 0) for f in table.spec().fields]
                   or [0])
     target = int(table.properties.get("write.target-file-size-bytes", TARGET_FILE_SIZE))
-    why, wait = rewrite_plan(_summary(cur), buckets, policy, target, hot,
-                             lambda: recorded_growth(_chain(table)))
+    summary = _summary(cur)
+    spread = _turn(table, policy, hot, buckets, summary) if policy.spread else None
+    said = []
+    if spread is not None and spread[0]:
+        said.append(f"due: {spread[1]}")
+        hot = spread[2]
+    # while the rewrite is spread, a merge of small files does not wait for it
+    why, wait = rewrite_plan(summary, buckets, policy, target, hot, lambda: (
+        None if spread is not None else recorded_growth(_chain(table))))
     if wait is not None:
-        return f"waits: {wait}"
-    return f"due: {why}" if why is not None else "nothing due"
+        said.append(f"waits: {wait}")
+    elif why is not None:
+        said.append(f"due: {why}")
+    if said:
+        return "; ".join(said)
+    return f"nothing due ({spread[1]})" if spread is not None else "nothing due"
+
+
+def _turn(table: Any, policy: MaintenancePolicy, hot: float, buckets: int,
+          summary: dict[str, str]) -> tuple[bool, str, float] | None:
+    """Where maintenance spreads the rewrite of deleted rows (:mod:`changeflow.targets
+    .spread`): whether a group's turn is now, why (or which group comes next, and in how
+    many applies), and the largest share left in the other buckets; None where it does
+    not spread. The group is as many buckets as the last spread rewrite took at once
+    (recorded: the cluster's cores then), else as the local master's cores."""
+    group = next((int(s[GROUP]) for _, s in _chain(table) if s.get(GROUP)), None) \
+        or local_cores(default_master())
+    pace = recorded_growth(_chain(table))
+    if group is None or not spreads(buckets, group, hot, policy.delete_ratio) \
+            or pace is None or pace <= 0:
+        return None
+    records, files = int(summary.get("total-records", 0)), int(
+        summary.get("total-data-files", 0))
+    cur = table.metadata.current_snapshot()
+    shares: dict[int, float] = {}
+    for bucket, share in _file_shares(table, cur.snapshot_id, records / max(files, 1) / 2,
+                                      buckets=True):
+        if bucket is not None:
+            shares[bucket] = max(shares.get(bucket, 0.0), share)
+    chosen = due_buckets(shares, policy.delete_ratio, pace, group)
+    if chosen:
+        rest = max((v for b, v in shares.items() if b not in chosen), default=0.0)
+        return True, turn(chosen, shares, buckets, pace), rest
+    wait = applies_to_turn(shares, policy.delete_ratio, pace, group) or 0.0
+    n = max(1, math.ceil(wait))
+    nxt = ", ".join(map(str, next_group(shares, group)))
+    return False, (f"buckets {nxt} of {buckets} next in turn, in about {n} "
+                   f"appl{'y' if n == 1 else 'ies'}"), hot
 
 
 def _hottest(table: Any, delete_ratio: float) -> float:
@@ -102,21 +157,37 @@ def _hottest(table: Any, delete_ratio: float) -> float:
 
 
 def _planned(table: Any, snapshot_id: int, average: float) -> float:
-    """:func:`changeflow.targets.plans.planned_hottest` with PyIceberg's scan plan,
-    over the delete files whose data file it can tell: deletion vectors (from their
+    """:func:`changeflow.targets.plans.planned_hottest` with PyIceberg's scan plan
+    (:func:`_file_shares`)."""
+    return max((share for _, share in _file_shares(table, snapshot_id, average)),
+               default=0.0)
+
+
+def _file_shares(table: Any, snapshot_id: int, average: float, *, buckets: bool = False
+                 ) -> Iterator[tuple[int | None, float]]:
+    """Each data file's share of rows deleted at the snapshot (files of fewer than
+    ``average`` rows: 0.0), with its bucket when asked (None for another partition
+    spec's files), as :func:`changeflow.targets.plans.bucket_shares` plans it, over the
+    delete files whose data file PyIceberg can tell: deletion vectors (from their
     Puffin files' blob metadata, :func:`_vectors`) and Parquet position deletes whose
     ``file_path`` bounds name one file (PyIceberg's own rule)."""
     from pyiceberg.manifest import DataFileContent, FileFormat
+    from pyiceberg.transforms import BucketTransform
 
     from changeflow.targets.rowdelta import FILE_PATH_ID
 
+    spec = table.spec()
+    at = next((i for i, f in enumerate(spec.fields)
+               if isinstance(f.transform, BucketTransform)), None) if buckets else None
     tasks = list(table.scan(snapshot_id=snapshot_id).plan_files())
     vectors = _vectors(table, {d.file_path for t in tasks for d in t.delete_files
                                if d.file_format == FileFormat.PUFFIN})
-    ratio = 0.0
     for task in tasks:
         records, path = task.file.record_count, task.file.file_path
+        bucket = task.file.partition[at] if at is not None and \
+            task.file.spec_id == spec.spec_id else None
         if not records or records < average:
+            yield bucket, 0.0
             continue
         n = vectors.get(path, 0)
         for d in task.delete_files:
@@ -127,8 +198,7 @@ def _planned(table: Any, snapshot_id: int, average: float) -> float:
             if lo is not None and lo == (d.upper_bounds or {}).get(FILE_PATH_ID) \
                     and lo == path.encode():
                 n += d.record_count
-        ratio = max(ratio, min(n / records, 1.0))
-    return ratio
+        yield bucket, min(n / records, 1.0)
 
 
 def _vectors(table: Any, puffins: set[str]) -> dict[str, int]:

@@ -10,6 +10,7 @@ from changeflow.apply.engine import apply_once, targets_of
 from changeflow.targets.maintenance import maintain
 from changeflow.targets.plans import hottest
 from changeflow.targets.policy import MaintenancePolicy
+from changeflow.views import targets as views
 
 from .conftest import row, vals
 from .test_iceberg_maintenance import APPLY, EMP
@@ -41,15 +42,25 @@ def test_the_rewrite_of_deleted_rows_is_spread_over_the_applies(
             out.setdefault(b, set()).add(f)
         return out
 
+    # what an operator sees of it (PyIceberg, no Spark), with the same policy
+    cfg_policy = cfg.model_copy(update={"applies": [cfg.applies[0].model_copy(update={
+        "iceberg": cfg.applies[0].iceberg.model_copy(update={"maintenance": policy})})]})
     rewritten: list[list[int]] = []
+    seen: list[str] = []
     for n in range(100, 110):  # ten applies of 2% of each bucket's first rows
         gone = [i for b in live for i in live[b][:10]]
         live = {b: ids[10:] for b, ids in live.items()}
         enqueue(cfg, [row("DELETE", old=vals(id=i), txn=f"t{n}", scn=n, pos=i)
                       for i in gone])
         apply_once(spark, cfg, "ap")
+        [view] = views.targets(cfg_policy)
+        seen.append(view["maintenance"])
         before = by_bucket()
         done = maintain(spark, targets, EMP, policy)
+        if "rewrite_data_files_spread" in done:  # the view told the group and why
+            assert view["maintenance"] == f"due: {done['rewrite_data_files_spread']['why']}"
+        else:
+            assert not view["maintenance"].startswith("due: "), (n, view, done)
         after = by_bucket()
         changed = sorted(b for b in before if before[b] != after.get(b))
         rewritten.append(changed)
@@ -62,6 +73,9 @@ def test_the_rewrite_of_deleted_rows_is_spread_over_the_applies(
             rest = hottest(spark, jt, int(jt.currentSnapshot().snapshotId()))
             assert rest is not None and 0.0 < rest < policy.delete_ratio, rest
         assert "rewrite_data_files" not in done  # no rewrite of the whole table
+    # between the turns, the view names the group that comes next and when
+    assert any(v.startswith("nothing due (buckets ") and "next in turn, in about" in v
+               for v in seen), seen
     groups = [tuple(c) for c in rewritten if c]
     assert len(groups) >= 3 and set(groups[0]) | set(groups[1]) == {0, 1, 2, 3}, rewritten
     assert all(a != b for a, b in zip(groups, groups[1:], strict=False)), rewritten  # in turn
