@@ -22,6 +22,7 @@ from __future__ import annotations
 import json
 import re
 import threading
+from collections import OrderedDict
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
@@ -48,6 +49,12 @@ _LOGICAL = {lcr.spark_type(t.spark_type).simpleString(): t.name
 _lock = threading.Lock()
 #: per Spark session (its JVM object id) and catalog name: the options it was set up with
 _registered: dict[tuple[int, str], dict[str, str]] = {}
+#: the Java tables loaded (per Spark session, catalog options and table), the most
+#: recently used last: a table asked for again is refreshed (:meth:`IcebergTargets
+#: .java_table`), not loaded anew
+_tables: OrderedDict[tuple[Any, ...], Any] = OrderedDict()
+#: how many loaded tables are kept
+TABLES_KEPT = 64
 D = dropped_tables
 S = target_stats
 
@@ -190,7 +197,41 @@ class IcebergTargets:
         return manager.catalog(self.name).icebergCatalog()
 
     def java_table(self, spark: SparkSession, table: str) -> Any | None:
-        """Iceberg's Java ``Table`` (fresh metadata), or None when it does not exist."""
+        """Iceberg's Java ``Table`` (fresh metadata), or None when it does not exist.
+
+        A table loaded before in this session is refreshed instead: one query of the
+        catalog, and its metadata file is read again only where a commit has replaced
+        it. A pass asks for its table a dozen times, and the metadata file lists every
+        snapshot the table keeps: with 10,000 of them (a week of applies every minute,
+        9 MB) the loads cost 0.55-0.75 s an apply, refreshes next to nothing. A table
+        dropped since is None; one created again under the name (refresh refuses its
+        new identity) or a refresh that fails otherwise is loaded anew.
+        """
+        key = (id(spark._jsparkSession), tuple(sorted(self.options().items())),  # noqa: SLF001
+               tuple(split(table)))
+        with _lock:
+            jt = _tables.get(key)
+        if jt is not None:
+            try:
+                jt.refresh()
+            except Exception as exc:  # noqa: BLE001  (py4j's error; the Java class is checked)
+                with _lock:
+                    _tables.pop(key, None)
+                if java_class(exc) == "org.apache.iceberg.exceptions.NoSuchTableException":
+                    return None
+            else:
+                with _lock:
+                    _tables.move_to_end(key)
+                return jt
+        jt = self._load(spark, table)
+        if jt is not None:
+            with _lock:
+                _tables[key] = jt
+                while len(_tables) > TABLES_KEPT:
+                    _tables.popitem(last=False)
+        return jt
+
+    def _load(self, spark: SparkSession, table: str) -> Any | None:
         jvm = spark.sparkContext._jvm  # noqa: SLF001
         assert jvm is not None
         ident = jvm.org.apache.iceberg.catalog.TableIdentifier.parse(".".join(split(table)))

@@ -96,6 +96,31 @@ def test_a_table_dropped_outside_changeflow_fails_clearly_until_forgotten(
     assert table_rows(spark, cfg) == [(2, "b")]
 
 
+def test_a_table_asked_for_again_is_refreshed_and_follows_other_writers_and_drops(
+        spark, make_cfg, enqueue) -> None:  # type: ignore[no-untyped-def]
+    cfg = make_cfg(APPLY)
+    enqueue(cfg, [row("INSERT", new=vals(id=1, name="a"))])
+    apply_once(spark, cfg, "ap")
+    tgt = targets_of(cfg, cfg.applies[0])
+    ident = tgt.ident("hr.emp")
+    first = tgt.java_table(spark, "hr.emp")
+    before = first.currentSnapshot().snapshotId()
+    spark.sql(f"INSERT INTO {ident} VALUES (9, 'other', 'X', 1, 1, X'00')")  # another writer
+    again = tgt.java_table(spark, "hr.emp")
+    assert again is first  # refreshed, not loaded anew ...
+    assert again.currentSnapshot().parentId() == before  # ... and it sees the commit
+    spark.sql(f"DROP TABLE {ident} PURGE")
+    assert tgt.java_table(spark, "hr.emp") is None
+    spark.sql(f"CREATE TABLE {ident} (id bigint) USING iceberg")
+    made = tgt.java_table(spark, "hr.emp")
+    spark.sql(f"DROP TABLE {ident} PURGE")  # dropped and created again, unseen
+    spark.sql(f"CREATE TABLE {ident} (k string) USING iceberg")
+    now = tgt.java_table(spark, "hr.emp")
+    assert [c.name() for c in now.schema().columns()] == ["k"]
+    assert str(now.uuid()) != str(made.uuid())
+    assert tgt.get(spark, "hr.emp").column_names == ["k"]
+
+
 def test_time_travel_views_and_pyiceberg_read_what_the_applies_wrote(
         spark, make_cfg, enqueue) -> None:  # type: ignore[no-untyped-def]
     cfg = make_cfg(APPLY)
