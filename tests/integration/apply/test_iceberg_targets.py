@@ -26,12 +26,17 @@ applies:
 """
 
 
-def test_another_writer_during_a_pass_is_never_lost(spark, make_cfg, enqueue,
-                                                    monkeypatch) -> None:  # type: ignore[no-untyped-def]
+def _one_row_applied(spark, make_cfg, enqueue):  # type: ignore[no-untyped-def]
+    """A pipeline whose apply has written one row of hr.emp, and its Iceberg targets."""
     cfg = make_cfg(APPLY)
     enqueue(cfg, [row("INSERT", new=vals(id=1, name="a"))])
     apply_once(spark, cfg, "ap")
-    tgt = targets_of(cfg, cfg.applies[0])
+    return cfg, targets_of(cfg, cfg.applies[0])
+
+
+def test_another_writer_during_a_pass_is_never_lost(spark, make_cfg, enqueue,
+                                                    monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    cfg, tgt = _one_row_applied(spark, make_cfg, enqueue)
     enqueue(cfg, [row("INSERT", new=vals(id=2, name="b"), txn="t2", scn=20)])
     real = tcommit.publish
 
@@ -78,10 +83,7 @@ def test_a_busy_catalog_at_commit_is_waited_for(spark, make_cfg, enqueue,
 
 def test_a_table_dropped_outside_changeflow_fails_clearly_until_forgotten(
         spark, make_cfg, enqueue) -> None:  # type: ignore[no-untyped-def]
-    cfg = make_cfg(APPLY)
-    enqueue(cfg, [row("INSERT", new=vals(id=1, name="a"))])
-    apply_once(spark, cfg, "ap")
-    tgt = targets_of(cfg, cfg.applies[0])
+    cfg, tgt = _one_row_applied(spark, make_cfg, enqueue)
     spark.sql(f"DROP TABLE {tgt.ident('hr.emp')} PURGE")
     enqueue(cfg, [row("INSERT", new=vals(id=2, name="b"), txn="t2", scn=20)])
     res = apply_once(spark, cfg, "ap")
@@ -98,10 +100,7 @@ def test_a_table_dropped_outside_changeflow_fails_clearly_until_forgotten(
 
 def test_a_table_asked_for_again_is_refreshed_and_follows_other_writers_and_drops(
         spark, make_cfg, enqueue) -> None:  # type: ignore[no-untyped-def]
-    cfg = make_cfg(APPLY)
-    enqueue(cfg, [row("INSERT", new=vals(id=1, name="a"))])
-    apply_once(spark, cfg, "ap")
-    tgt = targets_of(cfg, cfg.applies[0])
+    cfg, tgt = _one_row_applied(spark, make_cfg, enqueue)
     ident = tgt.ident("hr.emp")
     first = tgt.java_table(spark, "hr.emp")
     before = first.currentSnapshot().snapshotId()
