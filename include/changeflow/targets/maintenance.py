@@ -58,7 +58,14 @@ from changeflow.jvm import java_dict
 from changeflow.targets.catalog import IcebergTargets
 from changeflow.targets.plans import HOTTEST, bucket_shares, hottest_growth, planned_hottest
 from changeflow.targets.policy import MaintenancePolicy
-from changeflow.targets.spread import GROUP, due_buckets, rewrite_data_files, spreads, turn
+from changeflow.targets.spread import (
+    GROUP,
+    counted_rows,
+    due_buckets,
+    rewrite_data_files,
+    spreads,
+    turn,
+)
 from changeflow.targets.tables import q
 
 if TYPE_CHECKING:
@@ -307,8 +314,7 @@ def _spread(spark: SparkSession, jt: Any, header: Any, policy: MaintenancePolicy
     if pace is None or pace <= 0:
         return False, hot
     records, _, files = _counts(summary)
-    # half the average: a bucket's large files, of unequal sizes (the hash's), all count
-    shares = bucket_shares(spark, jt, snap, records / max(files, 1) / 2)
+    shares = bucket_shares(spark, jt, snap, counted_rows(records, files))
     chosen = due_buckets(shares, policy.delete_ratio, pace, group)
     if not chosen:
         return True, hot

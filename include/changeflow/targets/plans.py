@@ -133,8 +133,19 @@ def bucket_shares(spark: SparkSession, jt: Any, snapshot: int, average: float
     of a data file's rows deleted at ``snapshot``, among the files of at least
     ``average`` rows (:func:`planned_hottest`'s plan, kept per bucket; a bucket whose
     files are all smaller is 0.0). Files of an earlier partition spec are left out."""
+    return largest_per_bucket(_file_shares(spark, jt, snapshot, average, buckets=True))
+
+
+def largest_per_bucket(shares: Iterable[tuple[int | None, float]]) -> dict[int, float]:
+    """The largest of each bucket's files' shares, from (bucket, share) pairs (a bucket
+    of None, another partition spec's file, is left out): what any reader's scan plan
+    (Iceberg's Java API, PyIceberg) gives :func:`changeflow.targets.spread.due_buckets`.
+
+    >>> largest_per_bucket([(0, 0.1), (1, 0.0), (0, 0.25), (None, 0.9)])
+    {0: 0.25, 1: 0.0}
+    """
     out: dict[int, float] = {}
-    for bucket, share in _file_shares(spark, jt, snapshot, average, buckets=True):
+    for bucket, share in shares:
         if bucket is not None:
             out[bucket] = max(out.get(bucket, 0.0), share)
     return out

@@ -36,6 +36,17 @@ _EPS = 1e-9
 GROUP = "changeflow.spread-group"
 
 
+def counted_rows(records: int, files: int) -> float:
+    """The fewest rows a data file needs for its deleted share to count in its bucket's:
+    half the table's average rows per data file, so that a bucket's large files, of
+    unequal sizes (the hash's), all count, and the small files the applies add do not.
+
+    >>> counted_rows(10_000_000, 32)
+    156250.0
+    """
+    return records / max(files, 1) / 2
+
+
 def spreads(buckets: int, group: int, hot: float, ratio: float) -> bool:
     """Whether the rewrite of deleted rows is spread over the applies now: the table has
     more buckets than a group, and the largest share of a data file's rows deleted

@@ -18,12 +18,13 @@ from changeflow.jvm import default_master, local_cores
 from changeflow.sites import queue_site
 from changeflow.targets.catalog import IcebergTargets, rows_of
 from changeflow.targets.maintenance import TARGET_FILE_SIZE, hottest_at, rewrite_plan
-from changeflow.targets.plans import hottest_of, recorded_growth
+from changeflow.targets.plans import hottest_of, largest_per_bucket, recorded_growth
 from changeflow.targets.policy import MaintenancePolicy
 from changeflow.targets.read import pyiceberg_catalog
 from changeflow.targets.spread import (
     GROUP,
     applies_to_turn,
+    counted_rows,
     due_buckets,
     next_group,
     spreads,
@@ -123,12 +124,9 @@ def _turn(table: Any, policy: MaintenancePolicy, hot: float, buckets: int,
         return None
     records, files = int(summary.get("total-records", 0)), int(
         summary.get("total-data-files", 0))
-    cur = table.metadata.current_snapshot()
-    shares: dict[int, float] = {}
-    for bucket, share in _file_shares(table, cur.snapshot_id, records / max(files, 1) / 2,
-                                      buckets=True):
-        if bucket is not None:
-            shares[bucket] = max(shares.get(bucket, 0.0), share)
+    shares = largest_per_bucket(_file_shares(
+        table, table.metadata.current_snapshot().snapshot_id, counted_rows(records, files),
+        buckets=True))
     chosen = due_buckets(shares, policy.delete_ratio, pace, group)
     if chosen:
         rest = max((v for b, v in shares.items() if b not in chosen), default=0.0)
