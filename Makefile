@@ -18,8 +18,10 @@ JAR_STAMPS := $(foreach s,$(JAR_SETS),$(ROOT)/jars/$(s)/.fetched)
 CDS_STAMP := $(ROOT)/jars/cds/.trained
 setup: $(STAMP) $(JAR_STAMPS) $(CDS_STAMP)
 
-# Best effort: a JVM whose archive is missing or stale starts without it.
-$(CDS_STAMP): $(STAMP) $(ROOT)/jars/spark/.fetched scripts/cds_train.py
+# Best effort: a JVM whose archive is missing or stale starts without it. The archive
+# fits one class path: made again when the code that builds it changes.
+$(CDS_STAMP): $(STAMP) $(ROOT)/jars/spark/.fetched scripts/cds_train.py \
+		include/changeflow/jvm.py include/changeflow/spark.py
 	$(ENV) $(PY) scripts/cds_train.py
 	mkdir -p $(dir $@) && touch $@
 

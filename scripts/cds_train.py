@@ -68,7 +68,7 @@ def train(kind: str) -> bool:
         submit = shutil.which("spark-submit", path=str(Path(sys.executable).parent)) \
             or "spark-submit"
         cmd = [submit, "--master", "local[2]", "--driver-memory", kw["driver_memory"],
-               "--jars", kw["jars"], "--driver-class-path", kw["driver_class_path"],
+               "--driver-class-path", kw["driver_class_path"],  # no --jars: local
                *[a for k, v in conf.items() for a in ("--conf", f"{k}={v}")], *me]
     started = time.monotonic()
     out = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=900,

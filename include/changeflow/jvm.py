@@ -51,17 +51,23 @@ def jars(kind: str = "spark") -> list[str]:
     return found
 
 
-def spark_jars_csv(*, local: bool = False) -> str:
-    """The Spark set as ``spark.jars`` / ``--jars`` takes it (comma-separated).
+def spark_jars_csv() -> str:
+    """The Spark set as ``spark.jars`` / ``--jars`` takes it (comma-separated): for a
+    cluster's master, whose executors fetch them from the driver."""
+    return ",".join(jars("spark"))
 
-    ``local``: as ``local:`` URIs, for a local master (driver and executors in one JVM,
-    on this machine). The executor copies every jar (687 MB with the S3 SDK) into the
-    application's temporary folder before its first task; a plain path it fetches
-    through the driver's file server, a ``local:`` one straight from the disk: 1.5-1.8 s
-    less of every job's start (``spark-submit`` of a one-query job, 8.3 s against 6.5 s;
-    a session, 7.0 s against 5.4 s).
+
+def spark_class_path() -> str:
+    """The Spark set as the driver's class path (``spark.driver.extraClassPath``), for a
+    local master: driver and executors are one JVM, which loads them from the disk.
+
+    Given as ``spark.jars`` instead, even as ``local:`` URIs, the executor copies every
+    jar (687 MB with the S3 SDK) into the application's temporary folder
+    (``/tmp/spark-*/userFiles-*``) before its first task. That took 1.5-1.8 s of every
+    job's start, and a JVM that did not end cleanly (a killed job, a stopped task) left
+    the copy behind: a test run left some 30 GB, and the disk filled.
     """
-    return ",".join(f"local:{p}" if local else p for p in jars("spark"))
+    return os.pathsep.join(jars("spark"))
 
 
 def default_master() -> str:

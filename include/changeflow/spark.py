@@ -19,6 +19,7 @@ from changeflow.jvm import (
     cds_options,
     default_master,
     is_local_master,
+    spark_class_path,
     spark_jars_csv,
 )
 
@@ -60,9 +61,7 @@ def get_session(app_name: str = "changeflow", *, master: str | None = None,
         if key not in given:
             builder = builder.config(key, value)
     builder = _with_storage(builder, given)
-    if "spark.jars" not in given:  # spark-submit passes them with --jars
-        builder = builder.config("spark.jars", spark_jars_csv(
-            local=chosen is not None and is_local_master(chosen)))
+    builder = _with_jars(builder, given, chosen)
     java_options = given.get("spark.driver.extraJavaOptions")
     # Quiet applies only to a JVM this call starts: a session that already runs (the
     # one a test run shares, or a job's) keeps its settings and its log level.
@@ -87,6 +86,21 @@ def get_session(app_name: str = "changeflow", *, master: str | None = None,
         session = builder.getOrCreate()
     session.sparkContext.setLogLevel("ERROR")
     return session
+
+
+def _with_jars(builder: Any, given: dict[str, str], chosen: str | None) -> Any:
+    """The Spark jar set: on the driver's class path of a local master's JVM this call
+    starts (:func:`changeflow.jvm.spark_class_path`), else as ``spark.jars`` unless the
+    JVM has them already (spark-submit's ``--jars`` or ``--driver-class-path``)."""
+    if chosen is not None and is_local_master(chosen) and not _jvm_started():
+        path = given.get("spark.driver.extraClassPath")
+        return builder.config("spark.driver.extraClassPath", os.pathsep.join(
+            p for p in (spark_class_path(), path) if p))
+    master = chosen or given.get("spark.master", "")
+    if "spark.jars" in given or is_local_master(master) and \
+            "spark.driver.extraClassPath" in given:
+        return builder
+    return builder.config("spark.jars", spark_jars_csv())
 
 
 #: what the JVM prints on start-up whatever its logging says (a quiet session drops it)

@@ -32,12 +32,18 @@ assert s.range(5).count() == 5
 {check}
 s.stop()
 """
-#: a session on a local master takes the jars from the disk (``local:`` URIs), Iceberg's
-#: among them (spark-submit turns its ``--jars local:`` into paths: not checked there)
-LOCAL_JARS = """
-jars = s.sparkContext.getConf().get("spark.jars").split(",")
-assert len(jars) > 5 and all(j.startswith("local:") for j in jars), jars[:3]
-assert any("iceberg-spark-runtime" in j for j in jars), jars
+#: on a local master the jars are on the driver's class path, Iceberg's among them, and
+#: none is copied into the application's temporary folder (687 MB a JVM, left behind by
+#: a JVM that does not end cleanly)
+CLASS_PATH_JARS = """
+import os
+from pyspark import SparkFiles
+assert s.sparkContext.getConf().get("spark.jars", "") == ""
+loader = s.sparkContext._jvm.java.lang.ClassLoader.getSystemClassLoader()
+assert loader.loadClass("org.apache.iceberg.spark.SparkCatalog").getName()
+assert s.sql("SELECT 1 AS a").repartition(2).count() == 1  # tasks ran in the executor
+copied = os.listdir(SparkFiles.getRootDirectory())
+assert copied == [], copied[:3]
 """
 
 #: the driver collects with the parallel collector (changeflow.jvm.DRIVER_GC), not G1
@@ -109,7 +115,7 @@ def test_a_session_jvm_starts_from_its_archive(tmp_path: Path, cds: str) -> None
     env = {**os.environ, "CHANGEFLOW_JAVA_OPTIONS": f"-Xlog:class+load=info:file={log}",
            "CHANGEFLOW_CDS": cds, "CHANGEFLOW_DRIVER_MEMORY": "1g",
            "CHANGEFLOW_SHUFFLE_PARTITIONS": "5"}
-    app = _app(tmp_path, LOCAL_JARS + PARALLEL_GC + LATE_C2 + UNCOMPRESSED_CACHE
+    app = _app(tmp_path, CLASS_PATH_JARS + PARALLEL_GC + LATE_C2 + UNCOMPRESSED_CACHE
                + SETTINGS.format(partitions="5"))
     out = subprocess.run([sys.executable, str(app)], env=env, timeout=300,
                          capture_output=True, text=True, check=False)
@@ -140,10 +146,11 @@ def test_a_submitted_job_starts_from_its_archive(tmp_path: Path,
     kw.pop("application_args")  # the test's app takes none
     with mock.patch("subprocess.Popen"):
         argv = ChangeflowSparkSubmitOperator(task_id="t", **kw)._get_hook() \
-            ._build_spark_submit_command(str(_app(tmp_path, PARALLEL_GC + LATE_C2
+            ._build_spark_submit_command(str(_app(tmp_path, CLASS_PATH_JARS + PARALLEL_GC
+                                                     + LATE_C2
                                                      + UNCOMPRESSED_CACHE
                                                      + SETTINGS.format(partitions="7"))))
-    assert argv[argv.index("--jars") + 1].startswith("local:")  # a local master
+    assert "--jars" not in argv  # a local master: the driver's class path has them
     submit = Path(sys.executable).parent / "spark-submit"
     argv[0] = str(submit) if submit.exists() else argv[0]
     out = subprocess.run(argv, timeout=300, capture_output=True, text=True, check=False,
