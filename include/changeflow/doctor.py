@@ -3,9 +3,10 @@
 One line per check, for each configured site: its staging root (a probe object written,
 listed, read and deleted, each step timed), its target catalog (the Iceberg tables in
 its state store, a table's metadata read from the warehouse, the warehouse written),
-its state store (connected, schema version); and the Spark master the jobs are
-submitted to. Nothing a pipeline keeps is changed: the probe object is deleted, the
-state store and catalog are only read.
+its state store (connected, schema version); the Spark master the jobs are submitted
+to; and the local scratch space Spark's driver writes to (its free space, and the folders
+of Spark JVMs that did not end cleanly). Nothing a pipeline keeps is changed: the probe
+object is deleted, the state store and catalog are only read.
 
 A failure names the site and the URI and says what is wrong: credentials missing or
 refused, a bucket that does not exist, a store that cannot answer (a transient failure
@@ -15,8 +16,10 @@ is tried again with backoff before it is reported), a listing slower than
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
+import shutil
 import socket
 import time
 from collections.abc import Callable
@@ -24,7 +27,7 @@ from dataclasses import dataclass
 from urllib.parse import urlparse
 
 from changeflow.config import PipelineConfig, Site
-from changeflow.errors import ChangeflowError, is_transient
+from changeflow.errors import ChangeflowError, TerminalError, is_transient
 from changeflow.jvm import default_master
 
 
@@ -204,9 +207,65 @@ def spark_master(master: str) -> Callable[[], str]:
     return run
 
 
+#: the free space of the scratch space below which its check fails (``--min-free-gb``)
+MIN_FREE_GB = 2.0
+#: the folders a Spark JVM makes in its scratch space (its files, its block manager's)
+SPARK_FOLDERS = ("spark-", "blockmgr-")
+
+
+def scratch_dirs() -> list[str]:
+    """Where the Spark driver (and a local master's executor) writes its scratch files:
+    ``SPARK_LOCAL_DIRS``, else the JVM's temporary folder (``/tmp``: Java ignores
+    ``TMPDIR``)."""
+    given = os.environ.get("SPARK_LOCAL_DIRS", "")
+    return [d for d in given.split(",") if d] or ["/tmp"]
+
+
+def _size(path: str) -> int:
+    """Bytes of the files under a folder (links not followed)."""
+    total = 0
+    for root, _, files in os.walk(path):
+        for f in files:
+            with contextlib.suppress(OSError):  # removed while walked
+                total += os.lstat(os.path.join(root, f)).st_size
+    return total
+
+
+def _amount(n: float) -> str:
+    return f"{n / 2**30:.1f} GiB" if n >= 2**30 else f"{n / 2**20:.1f} MiB"
+
+
+def scratch(folder: str, min_free_gb: float) -> Callable[[], str]:
+    """The scratch space's check: free space, and the Spark folders in it (a JVM removes
+    its own as it ends; one killed leaves them, with whatever it had copied or spilled)."""
+
+    def run() -> str:
+        if not os.path.isdir(folder):
+            raise TerminalError(f"{folder} is not a folder (SPARK_LOCAL_DIRS names where "
+                                "Spark writes its scratch files)")
+        usage = shutil.disk_usage(folder)
+        text = f"{_amount(usage.free)} free of {_amount(usage.total)}"
+        with os.scandir(folder) as it:
+            left = [e.path for e in it if e.name.startswith(SPARK_FOLDERS)
+                    and e.is_dir(follow_symlinks=False)]
+        if left:
+            text += (f"; {len(left)} Spark folders hold {_amount(sum(map(_size, left)))} "
+                     "(a JVM that did not end cleanly leaves its own: remove those of no "
+                     "running job)")
+        if usage.free < min_free_gb * 2**30:
+            raise TerminalError(f"{text}: less than {min_free_gb:g} GiB free, which a job's "
+                                "shuffle and spilled files can fill (free some, or point "
+                                "SPARK_LOCAL_DIRS at a larger disk)")
+        return text
+
+    return run
+
+
 def run_checks(cfg: PipelineConfig, *, master: str | None = None, retries: int = 2,
-               backoff: float = 1.0, slow_after: float = 2.0) -> list[Check]:
-    """Every check of a pipeline, in order: per site staging, catalog, state; the master."""
+               backoff: float = 1.0, slow_after: float = 2.0,
+               min_free_gb: float = MIN_FREE_GB) -> list[Check]:
+    """Every check of a pipeline, in order: per site staging, catalog, state; the master;
+    the scratch space."""
     out = []
 
     def check(what: str, uri: str, fn: Callable[[], str]) -> None:
@@ -220,6 +279,8 @@ def run_checks(cfg: PipelineConfig, *, master: str | None = None, retries: int =
         check(f"site {name} state store", _safe(site.state_url), state_store(site))
     m = spark_master_of(master)
     check("spark master", m, spark_master(m))
+    for folder in scratch_dirs():
+        check("scratch space", folder, scratch(folder, min_free_gb))
     return out
 
 

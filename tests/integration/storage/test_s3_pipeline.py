@@ -127,9 +127,9 @@ def test_demo_pipeline_on_s3_buckets(spark: SparkSession, servers: tuple[S3Serve
 
     # changeflow doctor: one line per check, each ok, naming the site and the URI
     out = CliRunner().invoke(main, ["doctor", "--config", str(ROOT / "config" / "demo.yaml"),
-                                    "--master", "local[2]"])
+                                    "--master", "local[2]", "--min-free-gb", "0"])
     assert out.exit_code == 0, out.output
     lines = out.output.strip().splitlines()
-    assert len(lines) == 7
+    assert len(lines) == 8 and lines[7].startswith("ok     scratch space")
     assert lines[0].startswith("ok") and f"s3a://{bucket}/site1/staging" in lines[0]
     assert "catalog cf_site2: 7 tables" in lines[4]
