@@ -9,6 +9,12 @@ catalog is registered (:meth:`IcebergTargets.register`); from Python, PyIceberg'
     cat = SqlCatalog("cf_site2", uri="sqlite:///work/demo/site2/state.db")
     cat.load_table("hr.employees").scan().to_arrow()
 
+From DuckDB, its own Iceberg reader over the table's metadata file
+(:func:`duckdb_connection`, :func:`duckdb_scan`)::
+
+    con.sql("SELECT count(*) FROM iceberg_scan('work/demo/site2/targets/hr/employees/"
+            "metadata/00012-….metadata.json')")
+
 Every snapshot an apply wrote carries, in its summary, the pass that wrote it
 (``changeflow.pass-id``), the apply, the queue and batch range, and the newest commit
 position per source database it applied (``changeflow.positions``):
@@ -18,6 +24,8 @@ position per source database it applied (``changeflow.positions``):
 from __future__ import annotations
 
 import datetime as dt
+import importlib.util
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from changeflow.errors import TargetError
@@ -113,3 +121,61 @@ def read_arrow(targets: IcebergTargets, name: str, *, snapshot: int | None = Non
         raise TargetError(f"target table {name!r} does not exist in catalog "
                           f"{targets.name}") from exc
     return table.scan(snapshot_id=snapshot).to_arrow()
+
+
+#: the extensions DuckDB reads Iceberg tables with
+DUCKDB_EXTENSIONS = ("avro", "iceberg")
+
+
+def duckdb_connection() -> Any:
+    """A DuckDB connection with its Iceberg extension loaded.
+
+    The extensions come from the ``duckdb-ext-iceberg`` and ``duckdb-ext-avro`` wheels
+    when they are installed for this DuckDB (requirements.txt pins them: DuckDB's own
+    extension site may be out of reach, as it is on machines that reach only PyPI), else
+    from DuckDB's ``INSTALL``.
+    """
+    import duckdb
+
+    con = duckdb.connect()
+    spec = importlib.util.find_spec("duckdb_ext")
+    roots = list(spec.submodule_search_locations or []) if spec else []
+    platform = con.execute("PRAGMA platform").fetchone()
+    folder = Path("extensions", f"v{duckdb.__version__}", platform[0] if platform else "")
+    for ext in DUCKDB_EXTENSIONS:
+        wheel = next((f for r in roots if (f := Path(r) / folder / f"{ext}.duckdb_extension")
+                      .is_file()), None)
+        if wheel is not None:
+            con.execute(f"LOAD '{wheel}'")
+        else:
+            con.execute(f"INSTALL {ext}")
+            con.execute(f"LOAD {ext}")
+    return con
+
+
+def duckdb_scan(targets: IcebergTargets, name: str, *, snapshot: int | None = None) -> str:
+    """DuckDB's table function reading a target table as of its current snapshot (or
+    ``snapshot``): ``iceberg_scan`` of its metadata file, found in the catalog now. It
+    reads the table without changeflow and without a catalog: delete files applied, as
+    Spark and PyIceberg read it. A warehouse on an object store needs DuckDB's
+    ``httpfs`` extension and a secret; this names local warehouses only.
+
+    Raises:
+        TargetError: the table does not exist, or its warehouse is not local.
+    """
+    from pyiceberg.exceptions import NoSuchTableError
+
+    try:
+        location = pyiceberg_catalog(targets).load_table(name).metadata_location
+    except NoSuchTableError as exc:
+        raise TargetError(f"target table {name!r} does not exist in catalog "
+                          f"{targets.name}") from exc
+    if location.startswith("file:"):
+        location = "/" + location.removeprefix("file:").lstrip("/")
+    elif not location.startswith("/"):
+        raise TargetError(f"target table {name!r} is at {location}: DuckDB reads it with "
+                          "its httpfs extension and a secret for the store (CREATE SECRET), "
+                          "then iceberg_scan of that metadata file")
+    quoted = location.replace("'", "''")
+    at = f", snapshot_from_id => {int(snapshot)}" if snapshot is not None else ""
+    return f"iceberg_scan('{quoted}'{at})"

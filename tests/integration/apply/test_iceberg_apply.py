@@ -10,6 +10,7 @@ from sqlalchemy import select
 
 from changeflow.apply import errorq
 from changeflow.apply.engine import apply_once, targets_of
+from changeflow.errors import TargetError
 from changeflow.jvm import java_each
 from changeflow.queues.retention import purge
 from changeflow.sites import queue_site
@@ -192,8 +193,9 @@ def test_a_pass_deletes_the_rows_it_located_by_position_in_one_snapshot(
         spark, make_cfg, enqueue) -> None:  # type: ignore[no-untyped-def]
     """Whole images of a format-version 2 table: the rows the lookup located are deleted
     by position, the new images added, in one RowDelta (no MERGE scan); every reader
-    sees the same rows, and no state with a key twice or missing is in the history."""
-    from changeflow.targets.read import read_arrow
+    sees the same rows (Spark, PyIceberg, DuckDB's Iceberg reader), and no state with a
+    key twice or missing is in the history."""
+    from changeflow.targets.read import duckdb_connection, duckdb_scan, read_arrow
 
     cfg = make_cfg(APPLY)
     enqueue(cfg, [row("INSERT", new=vals(id=i, name=f"n{i}"), pos=i) for i in range(1, 7)])
@@ -213,6 +215,13 @@ def test_a_pass_deletes_the_rows_it_located_by_position_in_one_snapshot(
     arrow = read_arrow(targets, "hr.emp")  # PyIceberg applies the same delete files
     assert sorted(zip(arrow.column("id").to_pylist(), arrow.column("name").to_pylist(),
                       strict=True)) == expected
+    con = duckdb_connection()  # and so does DuckDB's own reader, from the metadata file
+    assert con.execute(f"SELECT id, name FROM {duckdb_scan(targets, 'hr.emp')} "
+                       "ORDER BY id").fetchall() == expected
+    assert con.execute(f"SELECT id, name FROM {duckdb_scan(targets, 'hr.emp', snapshot=before)}"
+                       " ORDER BY id").fetchall() == [(i, f"n{i}") for i in range(1, 7)]
+    with pytest.raises(TargetError, match="'hr.nope' does not exist in catalog"):
+        duckdb_scan(targets, "hr.nope")
     jt = targets.java_table(spark, "hr.emp")
     snap = jt.currentSnapshot()
     assert snap.parentId() == before  # one snapshot for the pass

@@ -55,11 +55,12 @@ def test_demo_pipeline_on_s3_buckets(spark: SparkSession, servers: tuple[S3Serve
     from changeflow.config import load_config
     from changeflow.demo.hr import generate
     from changeflow.demo.verify import verify
+    from changeflow.errors import TargetError
     from changeflow.queues import arrow_io
     from changeflow.runner import run_component
     from changeflow.sites import open_pipeline, queue_site
     from changeflow.targets.policy import MaintenancePolicy
-    from changeflow.targets.read import read_arrow, read_table
+    from changeflow.targets.read import duckdb_scan, read_arrow, read_table
 
     s3, pg = servers
     bucket = f"cf-{uuid.uuid4().hex[:8]}"
@@ -124,6 +125,9 @@ def test_demo_pipeline_on_s3_buckets(spark: SparkSession, servers: tuple[S3Serve
     targets = targets_of(cfg, cfg.component("apply", "apply_dbs2"))
     assert read_arrow(targets, "hr.employees").num_rows == \
         read_table(spark, targets, "hr.employees").count() > 0
+    with pytest.raises(TargetError, match=f"at s3a://{bucket}/.*: DuckDB reads it with its "
+                                          "httpfs extension"):
+        duckdb_scan(targets, "hr.employees")  # named, not read from a wrong path
 
     # changeflow doctor: one line per check, each ok, naming the site and the URI
     out = CliRunner().invoke(main, ["doctor", "--config", str(ROOT / "config" / "demo.yaml"),
