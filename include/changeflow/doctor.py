@@ -29,6 +29,7 @@ from urllib.parse import urlparse
 from changeflow.config import PipelineConfig, Site
 from changeflow.errors import ChangeflowError, TerminalError, is_transient
 from changeflow.jvm import default_master
+from changeflow.units import human_bytes
 
 
 @dataclass
@@ -231,10 +232,6 @@ def _size(path: str) -> int:
     return total
 
 
-def _amount(n: float) -> str:
-    return f"{n / 2**30:.1f} GiB" if n >= 2**30 else f"{n / 2**20:.1f} MiB"
-
-
 def scratch(folder: str, min_free_gb: float) -> Callable[[], str]:
     """The scratch space's check: free space, and the Spark folders in it (a JVM removes
     its own as it ends; one killed leaves them, with whatever it had copied or spilled)."""
@@ -244,12 +241,12 @@ def scratch(folder: str, min_free_gb: float) -> Callable[[], str]:
             raise TerminalError(f"{folder} is not a folder (SPARK_LOCAL_DIRS names where "
                                 "Spark writes its scratch files)")
         usage = shutil.disk_usage(folder)
-        text = f"{_amount(usage.free)} free of {_amount(usage.total)}"
+        text = f"{human_bytes(usage.free)} free of {human_bytes(usage.total)}"
         with os.scandir(folder) as it:
             left = [e.path for e in it if e.name.startswith(SPARK_FOLDERS)
                     and e.is_dir(follow_symlinks=False)]
         if left:
-            text += (f"; {len(left)} Spark folders hold {_amount(sum(map(_size, left)))} "
+            text += (f"; {len(left)} Spark folders hold {human_bytes(sum(map(_size, left)))} "
                      "(a JVM that did not end cleanly leaves its own: remove those of no "
                      "running job)")
         if usage.free < min_free_gb * 2**30:

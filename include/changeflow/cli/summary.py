@@ -19,7 +19,8 @@ import dataclasses
 from dataclasses import dataclass, field
 from typing import Any
 
-from changeflow.cli.output import Col, human_bytes, human_count, human_duration
+from changeflow.cli.output import Col, human_count, human_duration
+from changeflow.units import human_bytes
 
 
 @dataclass

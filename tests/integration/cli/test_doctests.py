@@ -11,7 +11,7 @@ import pytest
 
 
 @pytest.mark.parametrize("module", [
-    "changeflow.cli.output", "changeflow.cli.summary", "changeflow.rules.yamledit",
+    "changeflow.cli.output", "changeflow.cli.summary", "changeflow.units", "changeflow.rules.yamledit",
     "changeflow.rules.admin", "changeflow.rules.config", "changeflow.apply.images",
     "changeflow.targets.files", "changeflow.targets.plans", "changeflow.targets.maintenance",
     "changeflow.pgconn", "changeflow.apply.pg_apply", "changeflow.rules.transforms",
